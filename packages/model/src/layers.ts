@@ -1,0 +1,134 @@
+import * as tf from '@tensorflow/tfjs';
+import type { Params } from './params';
+
+/**
+ * The transformer's pieces as pure functions of (parameters, input). Being
+ * functional, one stage's forward can be differentiated with respect to its
+ * input and its weights together (tf.grads), which is how a stage computes
+ * its vector-Jacobian product.
+ *
+ * Shapes: B batch, T time, d width, H heads, V vocabulary; activations are
+ * kept 2-D as [B*T, d] between blocks.
+ */
+
+const LN_EPS = 1e-5;
+
+/** Swaps the last two axes. */
+function swapLast(t: tf.Tensor): tf.Tensor {
+  const perm = t.shape.map((_, i) => i);
+  [perm[perm.length - 2], perm[perm.length - 1]] = [perm[perm.length - 1]!, perm[perm.length - 2]!];
+  return tf.transpose(t, perm);
+}
+
+/**
+ * a · b (batched over leading axes) whose gradient uses explicit transposes:
+ * dA = dY · bᵀ, dB = aᵀ · dY. TensorFlow.js's own matMul gradient asks for
+ * transposed matmuls, which tfjs-backend-wasm 4.22 runs about 10x slower than a
+ * transpose followed by a plain matmul (measured: 30 ms against 3 ms for a
+ * [2048, 64] × [64, 256] product). The result is the same on every backend.
+ */
+export const mm = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveFunc) => {
+  save([a, b]);
+  return {
+    value: tf.matMul(a, b),
+    gradFunc: (dy: tf.Tensor | tf.Tensor[], [sa, sb]: tf.Tensor[]) => [
+      tf.matMul(dy as tf.Tensor, swapLast(sb!)),
+      tf.matMul(swapLast(sa!), dy as tf.Tensor),
+    ],
+  };
+}) as unknown as Parameters<typeof tf.customGrad>[0]) as <R extends tf.Tensor>(a: R, b: tf.Tensor) => R;
+
+export function layerNorm(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor2D {
+  const { mean, variance } = tf.moments(x, -1, true); // [N, 1]
+  return tf.add(tf.mul(tf.mul(tf.sub(x, mean), tf.rsqrt(tf.add(variance, LN_EPS))), g), b);
+}
+
+/** Exact GELU, 0.5·x·(1 + erf(x/√2)); erf has kernels and gradients on every backend. */
+export function gelu(x: tf.Tensor): tf.Tensor {
+  return tf.mul(tf.mul(x, 0.5), tf.add(tf.erf(tf.mul(x, Math.SQRT1_2)), 1));
+}
+
+/**
+ * One-hot rows as float32. tfjs-backend-wasm 4.22's OneHot kernel writes int32
+ * bits whatever dtype is asked for, so build int32 and cast (correct everywhere).
+ */
+export function oneHotFloat(ids: tf.Tensor1D, depth: number): tf.Tensor2D {
+  return tf.cast(tf.oneHot(ids, depth), 'float32') as tf.Tensor2D; // [N, depth]
+}
+
+/**
+ * Token embedding lookup. The gather's own gradient needs UnsortedSegmentSum,
+ * which the WASM backend lacks; the gradient here is onehot(ids)ᵀ · dy, a
+ * matmul that every backend has.
+ */
+export function embed(wte: tf.Tensor2D, ids: tf.Tensor1D): tf.Tensor2D {
+  const vocab = wte.shape[0];
+  const lookup = tf.customGrad(((w: tf.Tensor) => ({
+    value: tf.gather(w, ids),
+    gradFunc: (dy: tf.Tensor | tf.Tensor[]) =>
+      tf.matMul(tf.transpose(oneHotFloat(ids, vocab)), dy as tf.Tensor2D), // [V, d]
+  })) as unknown as Parameters<typeof tf.customGrad>[0]);
+  return lookup(wte) as tf.Tensor2D; // [B*T, d]
+}
+
+/** Causal multi-head self-attention on [B*T, d]. */
+export function attention(x: tf.Tensor2D, p: Params, prefix: string, batch: number, time: number, heads: number): tf.Tensor2D {
+  const d = x.shape[1];
+  const hd = d / heads;
+  const qkv = mm(x, p[`${prefix}.wqkv`]!); // [B*T, 3d]
+  const [q, k, v] = tf.split(qkv, 3, 1).map(
+    (t) => tf.transpose(tf.reshape(t, [batch, time, heads, hd]), [0, 2, 1, 3]), // [B, H, T, hd]
+  );
+  const scores = tf.mul(mm(q!, swapLast(k!)), 1 / Math.sqrt(hd)); // [B, H, T, T]
+  const masked = tf.add(scores, causalMask(time)); // future positions get -1e9
+  const weights = tf.softmax(masked); // [B, H, T, T]
+  const y = mm(weights, v!); // [B, H, T, hd]
+  const merged = tf.reshape(tf.transpose(y, [0, 2, 1, 3]), [batch * time, d]); // [B*T, d]
+  return mm(merged as tf.Tensor2D, p[`${prefix}.wo`]!);
+}
+
+function causalMask(time: number): tf.Tensor2D {
+  const lower = tf.linalg.bandPart(tf.ones([time, time]), -1, 0); // 1 on and below the diagonal
+  return tf.mul(tf.sub(1, lower), -1e9) as tf.Tensor2D;
+}
+
+export function mlp(x: tf.Tensor2D, p: Params, prefix: string): tf.Tensor2D {
+  const hidden = gelu(mm(x, p[`${prefix}.wfc`]!)); // [B*T, 4d]
+  return mm(hidden as tf.Tensor2D, p[`${prefix}.wproj`]!); // [B*T, d]
+}
+
+/** Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). */
+export function block(x: tf.Tensor2D, p: Params, layer: number, batch: number, time: number, heads: number): tf.Tensor2D {
+  const h = `h.${layer}`;
+  const a = attention(layerNorm(x, p[`${h}.ln1.g`]!, p[`${h}.ln1.b`]!), p, `${h}.attn`, batch, time, heads);
+  const x1 = tf.add(x, a) as tf.Tensor2D;
+  return tf.add(x1, mlp(layerNorm(x1, p[`${h}.ln2.g`]!, p[`${h}.ln2.b`]!), p, `${h}.mlp`)) as tf.Tensor2D;
+}
+
+/**
+ * Bottleneck encoder at the end of a stage: d → b. The first b channels of the
+ * residual stream pass straight through (IOTA's residual lane); a learned
+ * projection of the normalised stream is added to them.
+ */
+export function bottleneckDown(x: tf.Tensor2D, p: Params, boundary: number, width: number): tf.Tensor2D {
+  const pre = `bneck.${boundary}.down`;
+  const lane = tf.slice(x, [0, 0], [-1, width]); // [B*T, b]
+  const projected = mm(layerNorm(x, p[`${pre}.ln.g`]!, p[`${pre}.ln.b`]!), p[pre]!);
+  return tf.add(lane, projected) as tf.Tensor2D;
+}
+
+/** Bottleneck decoder at the start of a stage: b → d; the lane returns to the first b channels. */
+export function bottleneckUp(z: tf.Tensor2D, p: Params, boundary: number, dModel: number): tf.Tensor2D {
+  const lane = tf.pad(z, [
+    [0, 0],
+    [0, dModel - z.shape[1]],
+  ]); // [B*T, d]
+  return tf.add(lane, mm(z, p[`bneck.${boundary}.up`]!)) as tf.Tensor2D;
+}
+
+/** Mean cross-entropy of logits [N, V] against target ids [N]. */
+export function crossEntropy(logits: tf.Tensor2D, targets: tf.Tensor1D): tf.Scalar {
+  const logp = tf.logSoftmax(logits);
+  const picked = tf.sum(tf.mul(logp, oneHotFloat(targets, logits.shape[1])), -1); // [N]
+  return tf.neg(tf.mean(picked)) as tf.Scalar;
+}

@@ -1,0 +1,125 @@
+import * as tf from '@tensorflow/tfjs';
+import type { StageSpec } from './config';
+import { block, bottleneckDown, bottleneckUp, crossEntropy, embed, layerNorm, mm } from './layers';
+import { initParams, paramSpecs, type ParamSpec, type Params } from './params';
+
+/**
+ * What flows into a stage. The first stage takes token ids [B, T] (int32);
+ * the others take the previous stage's boundary tensor [B*T, b]. The last
+ * stage also needs the target ids [B, T] to compute its loss.
+ */
+export interface StageInput {
+  batch: number;
+  time: number;
+  /** Token ids [B, T] for the first stage, boundary activations [B*T, b] otherwise. */
+  x: tf.Tensor;
+  /** Next-token targets [B, T], last stage only. */
+  targets?: tf.Tensor;
+}
+
+export interface StageBackward {
+  /** Gradient of the loss with respect to this stage's input [B*T, b]; absent on the first stage. */
+  inputGrad?: tf.Tensor2D;
+  /** Gradient for each parameter, by name. */
+  grads: Record<string, tf.Tensor>;
+  /** The microbatch's mean loss, last stage only. */
+  loss?: number;
+}
+
+export class StageError extends Error {
+  override name = 'StageError';
+}
+
+/**
+ * The stage's forward as a pure function of (parameters, input): blocks, plus
+ * the embedding on the first stage, the bottleneck ends at its boundaries, and
+ * the final norm, head and loss on the last. Returns [B*T, b] or the loss.
+ */
+export function stageForward(spec: StageSpec, p: Params, input: StageInput, x: tf.Tensor): tf.Tensor {
+  const { batch, time } = input;
+  const { dModel, nHead } = spec.config;
+  let h: tf.Tensor2D;
+  if (spec.isFirst) {
+    const ids = tf.reshape(x, [batch * time]) as tf.Tensor1D;
+    const pos = tf.slice(p.wpe!, [0, 0], [time, dModel]); // [T, d]
+    const tok = tf.reshape(embed(p.wte as tf.Tensor2D, ids), [batch, time, dModel]);
+    h = tf.reshape(tf.add(tok, pos), [batch * time, dModel]) as tf.Tensor2D; // [B*T, d]
+  } else if (spec.hasUp) {
+    h = bottleneckUp(x as tf.Tensor2D, p, spec.index - 1, dModel); // [B*T, b] → [B*T, d]
+  } else {
+    h = x as tf.Tensor2D;
+  }
+  for (let l = spec.firstLayer; l < spec.endLayer; l++) h = block(h, p, l, batch, time, nHead);
+  if (!spec.isLast) return spec.hasDown ? bottleneckDown(h, p, spec.index, spec.layout.bottleneck) : h;
+  if (!input.targets) throw new StageError('the last stage needs targets');
+  const logits = mm(layerNorm(h, p["lnf.g"]!, p["lnf.b"]!), p.head!); // [B*T, V]
+  return crossEntropy(logits, tf.reshape(input.targets, [batch * time]) as tf.Tensor1D);
+}
+
+/** One pipeline stage: its own variables, forward from its input, and backward as a VJP. */
+export class Stage {
+  readonly specs: ParamSpec[];
+  readonly params: Record<string, tf.Variable>;
+
+  constructor(
+    readonly spec: StageSpec,
+    seed: number,
+  ) {
+    this.specs = paramSpecs(spec);
+    this.params = initParams(spec, seed);
+  }
+
+  get names(): string[] {
+    return this.specs.map((s) => s.name);
+  }
+
+  /** Runs the stage: the boundary tensor [B*T, b] to send on, or the scalar loss on the last stage. */
+  forward(input: StageInput): tf.Tensor {
+    this.checkInput(input);
+    return tf.tidy(() => stageForward(this.spec, this.params, input, input.x));
+  }
+
+  /**
+   * Vector-Jacobian product. Recomputes the forward from the stored input, then
+   * takes `outputGrad` (the gradient of the loss with respect to this stage's
+   * output; omitted on the last stage, whose output is the loss) back to the
+   * gradient of the input and of every parameter.
+   */
+  backward(input: StageInput, outputGrad?: tf.Tensor): StageBackward {
+    this.checkInput(input);
+    if (this.spec.isLast === (outputGrad !== undefined)) {
+      throw new StageError(this.spec.isLast ? 'the last stage takes no output gradient' : 'an output gradient is required');
+    }
+    const names = this.names;
+    const withInput = !this.spec.isFirst;
+    const result = tf.tidy(() => {
+      const f = (...args: tf.Tensor[]): tf.Tensor => {
+        const p: Params = {};
+        const offset = withInput ? 1 : 0;
+        names.forEach((n, i) => (p[n] = args[i + offset]!));
+        return stageForward(this.spec, p, input, withInput ? args[0]! : input.x);
+      };
+      const args = [...(withInput ? [input.x] : []), ...names.map((n) => this.params[n]!)];
+      const { value, grads } = tf.valueAndGrads(f)(args, outputGrad);
+      const out: Record<string, tf.Tensor> = {};
+      names.forEach((n, i) => (out[n] = grads[i + (withInput ? 1 : 0)]!));
+      return { value, inputGrad: withInput ? grads[0] : undefined, grads: out };
+    });
+    const loss = this.spec.isLast ? (result.value.dataSync()[0] as number) : undefined;
+    result.value.dispose();
+    return { inputGrad: result.inputGrad as tf.Tensor2D | undefined, grads: result.grads, loss };
+  }
+
+  private checkInput(input: StageInput): void {
+    const { batch, time, x } = input;
+    if (time > this.spec.config.contextLength) throw new StageError(`time ${time} exceeds context ${this.spec.config.contextLength}`);
+    const want = this.spec.isFirst ? [batch, time] : [batch * time, this.spec.inputWidth];
+    if (x.shape.length !== want.length || x.shape.some((s, i) => s !== want[i])) {
+      throw new StageError(`stage ${this.spec.index} expects input [${want}], got [${x.shape}]`);
+    }
+  }
+
+  dispose(): void {
+    for (const v of Object.values(this.params)) v.dispose();
+  }
+}

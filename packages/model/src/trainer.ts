@@ -1,0 +1,114 @@
+import * as tf from '@tensorflow/tfjs';
+import { stageSpecs, type ModelConfig, type RunLayout } from './config';
+import { decodeBoundary, encodeBoundary, type Precision } from './codec';
+import type { TokenBatch } from './data/sampler';
+import { AdamW, clipByGlobalNorm, cosineSchedule, type AdamWOptions } from './optim';
+import { Stage, type StageInput } from './stage';
+
+export interface LocalTrainerOptions {
+  config: ModelConfig;
+  layout: RunLayout;
+  seed: number;
+  peakLr: number;
+  warmupSteps: number;
+  totalSteps: number;
+  minLrRatio?: number;
+  clipNorm?: number;
+  adamw?: AdamWOptions;
+}
+
+/** Bytes that crossed stage boundaries, as encoded frames. */
+export interface WireStats {
+  forwardBytes: number;
+  backwardBytes: number;
+  /** Tokens whose activations crossed each boundary (B·T per microbatch). */
+  tokens: number;
+}
+
+/**
+ * All S stages in one process, connected exactly as in the swarm: every
+ * boundary tensor is encoded to bytes (bottleneck + int8 when the layout says
+ * so), counted, and decoded on the other side, forward and backward. The
+ * path of one microbatch: stage 0 forward → encode → decode → stage 1 … →
+ * loss → last stage backward → encode gradient → decode → … → stage 0.
+ */
+export class LocalTrainer {
+  readonly stages: Stage[];
+  readonly optimizers: AdamW[];
+  readonly precision: Precision;
+  readonly wire: WireStats = { forwardBytes: 0, backwardBytes: 0, tokens: 0 };
+  private readonly lr: (step: number) => number;
+  step = 0;
+
+  constructor(readonly options: LocalTrainerOptions) {
+    this.stages = stageSpecs(options.config, options.layout).map((spec) => new Stage(spec, options.seed));
+    this.optimizers = this.stages.map((s) => new AdamW(s.params, s.specs, options.adamw));
+    this.precision = options.layout.int8 ? 'int8' : 'fp32';
+    this.lr = cosineSchedule({ peakLr: options.peakLr, warmupSteps: options.warmupSteps, totalSteps: options.totalSteps, minRatio: options.minLrRatio });
+  }
+
+  /** Sends a boundary tensor through the codec, as a peer would receive it. */
+  private cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes'): tf.Tensor2D {
+    const [rows, cols] = t.shape as [number, number];
+    const bytes = encodeBoundary({ rows, cols, data: t.dataSync() as Float32Array }, this.precision);
+    this.wire[direction] += bytes.length;
+    const decoded = decodeBoundary(bytes, { rows, cols, precision: this.precision });
+    return tf.tensor2d(decoded.data, [rows, cols]);
+  }
+
+  /** Forward through every stage; returns each stage's input (kept for the backward recompute). */
+  private forwardInputs(batch: TokenBatch): StageInput[] {
+    const ids = tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32');
+    const inputs: StageInput[] = [{ batch: batch.batch, time: batch.time, x: ids }];
+    for (const stage of this.stages.slice(0, -1)) {
+      const out = stage.forward(inputs[inputs.length - 1]!);
+      inputs.push({ batch: batch.batch, time: batch.time, x: this.cross(out, 'forwardBytes') });
+      out.dispose();
+    }
+    const last = inputs[inputs.length - 1]!;
+    last.targets = tf.tensor2d(batch.targets, [batch.batch, batch.time], 'int32');
+    return inputs;
+  }
+
+  /** One optimizer step on one microbatch; returns its training loss. */
+  trainStep(batch: TokenBatch): { loss: number; lr: number; gradNorms: number[] } {
+    const inputs = this.forwardInputs(batch);
+    this.wire.tokens += batch.batch * batch.time;
+    const lr = this.lr(this.step);
+    const gradNorms: number[] = new Array(this.stages.length);
+    let loss = NaN;
+    let outputGrad: tf.Tensor | undefined;
+    for (let s = this.stages.length - 1; s >= 0; s--) {
+      const result = this.stages[s]!.backward(inputs[s]!, outputGrad);
+      outputGrad?.dispose();
+      if (result.loss !== undefined) loss = result.loss;
+      outputGrad = result.inputGrad ? this.cross(result.inputGrad, 'backwardBytes') : undefined;
+      result.inputGrad?.dispose();
+      const clipped = clipByGlobalNorm(result.grads, this.options.clipNorm ?? 1);
+      gradNorms[s] = clipped.norm;
+      this.optimizers[s]!.apply(clipped.grads, lr);
+      tf.dispose(Object.values(clipped.grads));
+    }
+    for (const i of inputs) tf.dispose([i.x, ...(i.targets ? [i.targets] : [])]);
+    this.step++;
+    return { loss, lr, gradNorms };
+  }
+
+  /** Mean loss over fixed batches (through the same codec, as the model is used). */
+  evaluate(batches: TokenBatch[]): number {
+    let sum = 0;
+    for (const batch of batches) {
+      const inputs = this.forwardInputs(batch);
+      const loss = this.stages[this.stages.length - 1]!.forward(inputs[inputs.length - 1]!);
+      sum += loss.dataSync()[0]!;
+      loss.dispose();
+      for (const i of inputs) tf.dispose([i.x, ...(i.targets ? [i.targets] : [])]);
+    }
+    return sum / batches.length;
+  }
+
+  dispose(): void {
+    this.stages.forEach((s) => s.dispose());
+    this.optimizers.forEach((o) => o.dispose());
+  }
+}

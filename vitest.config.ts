@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['packages/*/src/**/*.test.ts', 'server/src/**/*.test.ts', 'bench/**/*.test.ts'],
+    // Model tests train real networks on one CPU core: minutes, not milliseconds.
+    testTimeout: 600_000,
+    hookTimeout: 120_000,
+    // One file at a time: each training test wants a whole core, and CI has two.
+    fileParallelism: false,
+    reporters: ['default'],
+  },
+});
