@@ -7,5 +7,5 @@ import { parseArgs } from 'node:util';
 import { DATA_DIR, prepareData } from '@train-at-home/model/node';
 
 const { values } = parseArgs({ options: { vocab: { type: 'string', multiple: true } } });
-const vocabs = (values.vocab ?? ['4096', '512']).map(Number);
+const vocabs = (values.vocab ?? ['4096', '320']).map(Number);
 for (const vocabSize of vocabs) prepareData({ outDir: DATA_DIR, vocabSize, log: console.log });

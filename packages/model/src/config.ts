@@ -21,7 +21,7 @@ export interface RunLayout {
 
 export const PRESETS = {
   /** Trains in CI in seconds on one CPU core (WASM). */
-  tiny: { vocabSize: 512, contextLength: 64, nLayer: 4, nHead: 4, dModel: 64 },
+  tiny: { vocabSize: 320, contextLength: 64, nLayer: 3, nHead: 4, dModel: 128 },
   /** The default run: about 6.9 M parameters. */
   small: { vocabSize: 4096, contextLength: 128, nLayer: 6, nHead: 8, dModel: 256 },
 } as const satisfies Record<string, ModelConfig>;

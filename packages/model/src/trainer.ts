@@ -48,21 +48,22 @@ export class LocalTrainer {
   }
 
   /** Sends a boundary tensor through the codec, as a peer would receive it. */
-  private cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes'): tf.Tensor2D {
+  private cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes' | 'evaluation'): tf.Tensor2D {
     const [rows, cols] = t.shape as [number, number];
     const bytes = encodeBoundary({ rows, cols, data: t.dataSync() as Float32Array }, this.precision);
-    this.wire[direction] += bytes.length;
+    // Training traffic only: evaluation runs where the model is, it is not sent between miners.
+    if (direction !== 'evaluation') this.wire[direction] += bytes.length;
     const decoded = decodeBoundary(bytes, { rows, cols, precision: this.precision });
     return tf.tensor2d(decoded.data, [rows, cols]);
   }
 
   /** Forward through every stage; returns each stage's input (kept for the backward recompute). */
-  private forwardInputs(batch: TokenBatch): StageInput[] {
+  private forwardInputs(batch: TokenBatch, direction: 'forwardBytes' | 'evaluation' = 'forwardBytes'): StageInput[] {
     const ids = tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32');
     const inputs: StageInput[] = [{ batch: batch.batch, time: batch.time, x: ids }];
     for (const stage of this.stages.slice(0, -1)) {
       const out = stage.forward(inputs[inputs.length - 1]!);
-      inputs.push({ batch: batch.batch, time: batch.time, x: this.cross(out, 'forwardBytes') });
+      inputs.push({ batch: batch.batch, time: batch.time, x: this.cross(out, direction) });
       out.dispose();
     }
     const last = inputs[inputs.length - 1]!;
@@ -98,7 +99,7 @@ export class LocalTrainer {
   evaluate(batches: TokenBatch[]): number {
     let sum = 0;
     for (const batch of batches) {
-      const inputs = this.forwardInputs(batch);
+      const inputs = this.forwardInputs(batch, 'evaluation');
       const loss = this.stages[this.stages.length - 1]!.forward(inputs[inputs.length - 1]!);
       sum += loss.dataSync()[0]!;
       loss.dispose();
