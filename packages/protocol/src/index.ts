@@ -1,1 +1,3 @@
 export * from './frames';
+export * from './identity';
+export * from './messages';

@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { MAX_SOCKET_MESSAGE_BYTES, parseClientMessage, ProtocolError } from './messages';
+
+const key = '0x' + 'ab'.repeat(32);
+const sig = '0x' + 'cd'.repeat(64);
+
+function code(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(ProtocolError);
+    return (e as ProtocolError).code;
+  }
+  return 'accepted';
+}
+
+describe('socket messages', () => {
+  it('accept well-formed messages', () => {
+    expect(parseClientMessage('hello', { v: 1, publicKey: key })).toEqual({ v: 1, publicKey: key });
+    const register = { v: 1, publicKey: key, challenge: key, backend: 'wasm', tokensPerSec: 1200, signature: sig };
+    expect(parseClientMessage('register', register)).toEqual(register);
+    const loss = { v: 1, epoch: 2, activationId: 'a'.repeat(32), pathway: ['m1', 'm2', 'm3'], loss: 3.2 };
+    expect(parseClientMessage('loss', loss)).toEqual(loss);
+  });
+
+  it('name each rejection', () => {
+    expect(code(() => parseClientMessage('drop_tables', {}))).toBe('UNKNOWN_EVENT');
+    expect(code(() => parseClientMessage('__proto__', {}))).toBe('UNKNOWN_EVENT');
+    expect(code(() => parseClientMessage('hello', { v: 2, publicKey: key }))).toBe('BAD_VERSION');
+    expect(code(() => parseClientMessage('hello', { v: 1, publicKey: '0x12' }))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('hello', { v: 1, publicKey: key, extra: true }))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('hello', null))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('hello', 'hello'))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('heartbeat', { v: 1, seq: -1 }))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('loss', { v: 1, epoch: 0, activationId: 'z'.repeat(32), pathway: ['m'], loss: 1 }))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('loss', { v: 1, epoch: 0, activationId: 'a'.repeat(32), pathway: ['m'], loss: NaN }))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('signal', { v: 1, to: 'm', kind: 'offer', payload: 'x'.repeat(MAX_SOCKET_MESSAGE_BYTES), seq: 0, signature: sig }))).toBe('TOO_LARGE');
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    expect(code(() => parseClientMessage('hello', cyclic))).toBe('SCHEMA');
+  });
+});

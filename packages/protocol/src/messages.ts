@@ -1,0 +1,114 @@
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+
+/**
+ * Socket messages between miners and the coordinator. Every message carries
+ * the protocol version `v`; every event has a schema and a size bound.
+ * Anything that fails is rejected with a named reason and changes nothing.
+ */
+export const PROTOCOL_VERSION = 1;
+/** No socket message needs more: bulk bytes go peer to peer as frames. */
+export const MAX_SOCKET_MESSAGE_BYTES = 64 * 1024;
+
+const Hex32 = Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' });
+const Hex64 = Type.String({ pattern: '^0x[0-9a-fA-F]{128}$' });
+const Version = Type.Literal(PROTOCOL_VERSION);
+const Backend = Type.Union([Type.Literal('webgpu'), Type.Literal('webgl'), Type.Literal('wasm'), Type.Literal('cpu')]);
+const MinerId = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' });
+/** 16 bytes as 32 hex characters: the id of one microbatch. */
+const ActivationId = Type.String({ pattern: '^[0-9a-f]{32}$' });
+
+export const ClientEvents = {
+  /** Asks for a registration challenge. */
+  hello: Type.Object({ v: Version, publicKey: Hex32 }, { additionalProperties: false }),
+  /** Answers the challenge: a signature over { challenge, publicKey, backend, tokensPerSec }. */
+  register: Type.Object(
+    {
+      v: Version,
+      publicKey: Hex32,
+      challenge: Hex32,
+      backend: Backend,
+      tokensPerSec: Type.Number({ minimum: 0, maximum: 1e9 }),
+      signature: Hex64,
+    },
+    { additionalProperties: false },
+  ),
+  heartbeat: Type.Object({ v: Version, seq: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+  /** WebRTC signaling, signed by the sender over { to, kind, payload, seq }. */
+  signal: Type.Object(
+    {
+      v: Version,
+      to: MinerId,
+      kind: Type.Union([Type.Literal('offer'), Type.Literal('answer'), Type.Literal('candidate')]),
+      payload: Type.String({ maxLength: 32 * 1024 }),
+      seq: Type.Integer({ minimum: 0 }),
+      signature: Hex64,
+    },
+    { additionalProperties: false },
+  ),
+  /** One end's confirmation of a transfer; work counts when both ends confirm. */
+  receipt: Type.Object(
+    {
+      v: Version,
+      epoch: Type.Integer({ minimum: 0 }),
+      activationId: ActivationId,
+      direction: Type.Union([Type.Literal('activation'), Type.Literal('gradient')]),
+      from: MinerId,
+      to: MinerId,
+      bytes: Type.Integer({ minimum: 0, maximum: 64 * 1024 * 1024 }),
+      payloadHash: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+    },
+    { additionalProperties: false },
+  ),
+  /** The last stage's loss for a microbatch, with the pathway it took. */
+  loss: Type.Object(
+    {
+      v: Version,
+      epoch: Type.Integer({ minimum: 0 }),
+      activationId: ActivationId,
+      pathway: Type.Array(MinerId, { minItems: 1, maxItems: 32 }),
+      loss: Type.Number({ minimum: 0, maximum: 100 }),
+    },
+    { additionalProperties: false },
+  ),
+} satisfies Record<string, TSchema>;
+
+export type ClientEvent = keyof typeof ClientEvents;
+export type ClientMessage<E extends ClientEvent> = Static<(typeof ClientEvents)[E]>;
+
+export type ProtocolErrorCode = 'UNKNOWN_EVENT' | 'TOO_LARGE' | 'BAD_VERSION' | 'SCHEMA' | 'BAD_SIGNATURE' | 'OUT_OF_PHASE' | 'NOT_REGISTERED';
+
+export class ProtocolError extends Error {
+  override name = 'ProtocolError';
+  constructor(
+    readonly code: ProtocolErrorCode,
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+const checkers = Object.fromEntries(Object.entries(ClientEvents).map(([k, s]) => [k, TypeCompiler.Compile(s)])) as {
+  [E in ClientEvent]: TypeCheck<(typeof ClientEvents)[E]>;
+};
+
+/** Validates one incoming socket message: known event, size, version, then schema. */
+export function parseClientMessage<E extends ClientEvent>(event: string, data: unknown): ClientMessage<E> {
+  if (!Object.hasOwn(ClientEvents, event)) throw new ProtocolError('UNKNOWN_EVENT', `unknown event ${JSON.stringify(event).slice(0, 40)}`);
+  let size: number;
+  try {
+    size = JSON.stringify(data ?? null).length;
+  } catch {
+    throw new ProtocolError('SCHEMA', 'message is not plain JSON');
+  }
+  if (size > MAX_SOCKET_MESSAGE_BYTES) throw new ProtocolError('TOO_LARGE', `${size} bytes exceed ${MAX_SOCKET_MESSAGE_BYTES}`);
+  if (typeof data === 'object' && data !== null && 'v' in data && (data as { v: unknown }).v !== PROTOCOL_VERSION) {
+    throw new ProtocolError('BAD_VERSION', `version ${String((data as { v: unknown }).v)}, this coordinator speaks ${PROTOCOL_VERSION}`);
+  }
+  const checker = checkers[event as E];
+  if (!checker.Check(data)) {
+    const first = checker.Errors(data).First();
+    throw new ProtocolError('SCHEMA', first ? `${first.path || '/'}: ${first.message}` : 'invalid message');
+  }
+  return data as ClientMessage<E>;
+}
