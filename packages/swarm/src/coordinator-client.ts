@@ -1,0 +1,38 @@
+import { PROTOCOL_VERSION, type Identity } from '@train-at-home/protocol';
+import type { BackendName } from '@train-at-home/model';
+import type { Socket } from 'socket.io-client';
+
+export interface Registration {
+  minerId: string;
+  stage: number;
+  layout: { name: string; preset: string; stages: number; bottleneck: number; int8: boolean };
+}
+
+export class CoordinatorError extends Error {
+  override name = 'CoordinatorError';
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+type Reply = { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string } };
+
+/** Emits an event and waits for the coordinator's acknowledgement; a rejection throws its named code. */
+export async function request<T>(socket: Socket, event: string, payload: unknown, timeoutMs = 10_000): Promise<T> {
+  const reply = (await socket.timeout(timeoutMs).emitWithAck(event, payload)) as Reply;
+  if (!reply.ok) throw new CoordinatorError(reply.error.code, reply.error.message);
+  return reply as unknown as T;
+}
+
+/**
+ * The registration handshake: hello with the public key, receive a one-use
+ * challenge, answer with a signature over it and this miner's capabilities.
+ */
+export async function register(socket: Socket, identity: Identity, info: { backend: BackendName; tokensPerSec: number }): Promise<Registration> {
+  const { challenge } = await request<{ challenge: string }>(socket, 'hello', { v: PROTOCOL_VERSION, publicKey: identity.publicKey });
+  const signed = { publicKey: identity.publicKey, challenge, backend: info.backend, tokensPerSec: info.tokensPerSec };
+  return request<Registration>(socket, 'register', { v: PROTOCOL_VERSION, ...signed, signature: identity.sign('register', signed) });
+}

@@ -1,0 +1,49 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import { Server } from 'socket.io';
+import { cryptoReady } from '@train-at-home/protocol';
+import { Coordinator } from './coordinator';
+import { openDatabase, type Database, type DatabaseOptions } from './db/database';
+import { statusRoutes } from './routes/status';
+import { defaultRunConfig, type RunConfig } from './run-config';
+import { attachRegistration } from './socket/registration';
+
+export interface AppOptions {
+  run?: Partial<RunConfig>;
+  database?: DatabaseOptions;
+  logger?: boolean;
+}
+
+export interface App {
+  fastify: FastifyInstance;
+  io: Server;
+  coordinator: Coordinator;
+  db: Database;
+  close(): Promise<void>;
+}
+
+/**
+ * The coordinator as plugins on one Fastify instance, with socket.io on the
+ * same HTTP server. Tests call this and listen on port 0.
+ */
+export async function buildApp(options: AppOptions = {}): Promise<App> {
+  await cryptoReady();
+  const fastify = Fastify({ logger: options.logger ?? false, bodyLimit: 64 * 1024 });
+  const db = await openDatabase(options.database ?? {});
+  const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
+  // Miners that were active when the coordinator stopped must reconnect and register again.
+  await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
+  await fastify.register(statusRoutes, { coordinator });
+  const io = new Server(fastify.server, { maxHttpBufferSize: 128 * 1024, serveClient: false });
+  attachRegistration(io, coordinator);
+  return {
+    fastify,
+    io,
+    coordinator,
+    db,
+    async close() {
+      io.close();
+      await fastify.close();
+      await db.close();
+    },
+  };
+}

@@ -1,0 +1,65 @@
+/** Schema migrations, applied in order, each once. Never edit one that has shipped: add another. */
+export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> = [
+  {
+    version: 1,
+    name: 'runs, miners, epochs, checkpoints, receipts, metrics',
+    sql: `
+      CREATE TABLE runs (
+        id serial PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        config jsonb NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE TABLE miners (
+        id text PRIMARY KEY,
+        run_id integer NOT NULL REFERENCES runs(id),
+        public_key text NOT NULL,
+        address text NOT NULL,
+        backend text NOT NULL,
+        tokens_per_sec real NOT NULL,
+        stage integer NOT NULL,
+        status text NOT NULL CHECK (status IN ('active', 'left', 'dropped')),
+        registered_at timestamptz NOT NULL DEFAULT now(),
+        last_seen_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (run_id, public_key)
+      );
+      CREATE TABLE epochs (
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        epoch integer NOT NULL,
+        phase text NOT NULL CHECK (phase IN ('training', 'merging')),
+        started_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, stage, epoch)
+      );
+      CREATE TABLE checkpoints (
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        epoch integer NOT NULL,
+        hash text NOT NULL,
+        bytes integer NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, stage, epoch)
+      );
+      CREATE TABLE receipts (
+        run_id integer NOT NULL REFERENCES runs(id),
+        epoch integer NOT NULL,
+        activation_id text NOT NULL,
+        direction text NOT NULL CHECK (direction IN ('activation', 'gradient')),
+        from_miner text NOT NULL,
+        to_miner text NOT NULL,
+        reporter text NOT NULL,
+        bytes integer NOT NULL,
+        payload_hash text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        UNIQUE (run_id, activation_id, direction, reporter)
+      );
+      CREATE TABLE metrics (
+        run_id integer NOT NULL REFERENCES runs(id),
+        epoch integer NOT NULL,
+        name text NOT NULL,
+        value double precision NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+    `,
+  },
+];

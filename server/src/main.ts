@@ -1,0 +1,38 @@
+/**
+ * The coordinator's command line: embedded PGlite under ./data/coordinator
+ * by default, a PostgreSQL server when DATABASE_URL is set.
+ *   npm run coordinator -- --port 8080 --preset small --stages 3
+ */
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import type { PresetName } from '@train-at-home/model';
+import { buildApp } from './app';
+
+const { values } = parseArgs({
+  options: {
+    port: { type: 'string', default: process.env.PORT ?? '8080' },
+    host: { type: 'string', default: process.env.HOST ?? '0.0.0.0' },
+    preset: { type: 'string', default: 'small' },
+    stages: { type: 'string', default: '3' },
+    bottleneck: { type: 'string' },
+    run: { type: 'string', default: 'default' },
+    'data-dir': { type: 'string', default: fileURLToPath(new URL('../../data/coordinator', import.meta.url)) },
+  },
+});
+
+const app = await buildApp({
+  logger: true,
+  run: {
+    name: values.run,
+    preset: values.preset as PresetName,
+    stages: Number(values.stages),
+    ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
+  },
+  database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },
+});
+await app.fastify.listen({ port: Number(values.port), host: values.host });
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    app.close().then(() => process.exit(0), () => process.exit(1));
+  });
+}

@@ -1,0 +1,163 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generateIdentity, PROTOCOL_VERSION, type Identity } from '@train-at-home/protocol';
+import { CoordinatorError, register, request } from '@train-at-home/swarm';
+import { io as connect, type Socket } from 'socket.io-client';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { buildApp, type App } from './app';
+
+let app: App;
+let url: string;
+const sockets: Socket[] = [];
+
+async function start(database = {}): Promise<void> {
+  app = await buildApp({ run: { name: 'test', preset: 'tiny', stages: 3, bottleneck: 32 }, database });
+  const address = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+  url = address;
+}
+
+async function open(): Promise<Socket> {
+  const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
+  sockets.push(socket);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('connect_error', reject);
+  });
+  return socket;
+}
+
+async function minerRows(): Promise<Array<{ id: string; stage: number; status: string }>> {
+  return app.db.query('SELECT id, stage, status FROM miners ORDER BY id');
+}
+
+async function rejection(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (e) {
+    expect(e).toBeInstanceOf(CoordinatorError);
+    return (e as CoordinatorError).code;
+  }
+  return 'accepted';
+}
+
+const dirs: string[] = [];
+afterEach(async () => {
+  sockets.splice(0).forEach((s) => s.disconnect());
+  await app?.close();
+});
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+describe('coordinator: registration and stage assignment', () => {
+  beforeEach(() => start());
+
+  it('registers miners by signed challenge and spreads them over the stages', async () => {
+    const stages: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 1000 + i });
+      expect(r.minerId).toMatch(/^[0-9a-f]{64}$/);
+      expect(r.layout).toMatchObject({ preset: 'tiny', stages: 3, bottleneck: 32, int8: true });
+      stages.push(r.stage);
+    }
+    expect(stages.sort()).toEqual([0, 0, 1, 1, 2, 2]);
+    const res = await app.fastify.inject({ method: 'GET', url: '/api/stages' });
+    expect(res.statusCode).toBe(200);
+    expect(res.json().stages.map((s: { miners: unknown[] }) => s.miners.length)).toEqual([2, 2, 2]);
+    const status = await app.fastify.inject({ method: 'GET', url: '/api/status' });
+    expect(status.json()).toMatchObject({ activeMiners: 6, database: 'pglite', run: { name: 'test' } });
+  });
+
+  it('gives a newcomer the slowest of the least-staffed stages', async () => {
+    await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 500 }); // stage 0
+    await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 100 }); // stage 1
+    await register(await open(), generateIdentity(), { backend: 'webgpu', tokensPerSec: 900 }); // stage 2
+    const next = await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 300 });
+    expect(next.stage).toBe(1);
+  });
+
+  it('rejects a wrong signature, disconnects the sender and records nothing', async () => {
+    const socket = await open();
+    const miner = generateIdentity();
+    const impostor = generateIdentity();
+    const { challenge } = await request<{ challenge: string }>(socket, 'hello', { v: PROTOCOL_VERSION, publicKey: miner.publicKey });
+    const signed = { publicKey: miner.publicKey, challenge, backend: 'wasm', tokensPerSec: 1 };
+    const disconnected = new Promise((resolve) => socket.once('disconnect', resolve));
+    expect(await rejection(request(socket, 'register', { v: 1, ...signed, signature: impostor.sign('register', signed) }))).toBe('BAD_SIGNATURE');
+    await disconnected;
+    expect(await minerRows()).toEqual([]);
+  });
+
+  it('rejects malformed, oversized, unknown and out-of-phase messages by name, changing nothing', async () => {
+    const socket = await open();
+    const miner: Identity = generateIdentity();
+    const key = miner.publicKey;
+    // Out of phase: registered-only events and register before hello.
+    expect(await rejection(request(socket, 'heartbeat', { v: 1, seq: 0 }))).toBe('NOT_REGISTERED');
+    const early = { publicKey: key, challenge: key, backend: 'wasm', tokensPerSec: 1 };
+    expect(await rejection(request(socket, 'register', { v: 1, ...early, signature: miner.sign('register', early) }))).toBe('OUT_OF_PHASE');
+    // Malformed and unknown.
+    expect(await rejection(request(socket, 'hello', { v: 1, publicKey: 'nope' }))).toBe('SCHEMA');
+    expect(await rejection(request(socket, 'hello', { v: 99, publicKey: key }))).toBe('BAD_VERSION');
+    expect(await rejection(request(socket, 'steal', { all: true }))).toBe('UNKNOWN_EVENT');
+    expect(await rejection(request(socket, 'hello', { v: 1, publicKey: key, pad: 'x'.repeat(80_000) }))).toBe('TOO_LARGE');
+    expect(await minerRows()).toEqual([]);
+  });
+
+  it('refuses a replayed challenge', async () => {
+    const miner = generateIdentity();
+    const socket = await open();
+    const { challenge } = await request<{ challenge: string }>(socket, 'hello', { v: PROTOCOL_VERSION, publicKey: miner.publicKey });
+    const signed = { publicKey: miner.publicKey, challenge, backend: 'wasm', tokensPerSec: 1 };
+    const message = { v: 1, ...signed, signature: miner.sign('register', signed) };
+    await request(socket, 'register', message);
+    // The same signed answer on another connection: its challenge was never issued there.
+    const other = await open();
+    await request(other, 'hello', { v: PROTOCOL_VERSION, publicKey: miner.publicKey });
+    expect(await rejection(request(other, 'register', message))).toBe('OUT_OF_PHASE');
+  });
+
+  it('disconnects a connection that keeps sending bad messages', async () => {
+    const socket = await open();
+    const disconnected = new Promise((resolve) => socket.once('disconnect', resolve));
+    for (let i = 0; i < 6; i++) socket.emit('hello', { v: 1, publicKey: 'bad' });
+    await disconnected;
+  });
+
+  it('refills a stage that empties by moving a miner from the most crowded one', async () => {
+    const a = await open();
+    await register(a, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 }); // stage 0
+    const b = await open();
+    await register(b, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 }); // stage 1
+    const c = await open();
+    await register(c, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 }); // stage 2
+    const d = await open();
+    const moved = await register(d, generateIdentity(), { backend: 'wasm', tokensPerSec: 50 }); // stage 0 (slowest there)
+    expect(moved.stage).toBe(0);
+    const reassigned = new Promise<{ stage: number }>((resolve) => d.once('reassigned', resolve));
+    c.disconnect();
+    expect((await reassigned).stage).toBe(2);
+    const rows = await minerRows();
+    expect(rows.filter((r) => r.status === 'active').map((r) => r.stage).sort()).toEqual([0, 1, 2]);
+  });
+});
+
+describe('coordinator: persistence', () => {
+  it('keeps the run and its miners across a restart (PGlite on disk)', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'tah-coord-'));
+    dirs.push(dataDir);
+    await start({ dataDir });
+    const runId = app.coordinator.runId;
+    const r = await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 10 });
+    sockets.splice(0).forEach((s) => s.disconnect());
+    await app.close();
+
+    await start({ dataDir });
+    expect(app.coordinator.runId).toBe(runId);
+    const rows = await minerRows();
+    expect(rows.map((x) => x.id)).toEqual([r.minerId]);
+    // It must register again to become active; until then it is not counted.
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/status' })).json().activeMiners).toBe(0);
+    const again = await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 10 });
+    expect(again.stage).toBe(0);
+  });
+});

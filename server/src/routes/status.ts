@@ -1,0 +1,20 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { Coordinator } from '../coordinator';
+
+/** Read-only REST: the run, its stage map and its checkpoints. */
+export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = async (app, { coordinator }) => {
+  app.get('/api/status', async () => {
+    const [{ count }] = await coordinator.db.query<{ count: number }>(
+      `SELECT count(*)::int AS count FROM miners WHERE run_id = $1 AND status = 'active'`,
+      [coordinator.runId],
+    ) as [{ count: number }];
+    return { run: coordinator.run, activeMiners: count, database: coordinator.db.kind };
+  });
+  app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));
+  app.get('/api/checkpoints', async () => ({
+    checkpoints: await coordinator.db.query(
+      `SELECT stage, epoch, hash, bytes, created_at AS "createdAt" FROM checkpoints WHERE run_id = $1 ORDER BY epoch DESC, stage`,
+      [coordinator.runId],
+    ),
+  }));
+};

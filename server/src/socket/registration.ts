@@ -1,0 +1,123 @@
+import { ProtocolError, newChallenge, parseClientMessage, verifySignature, type ClientEvent } from '@train-at-home/protocol';
+import { encodeAddress } from '@polkadot/util-crypto';
+import type { Server, Socket } from 'socket.io';
+import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
+import type { Coordinator } from '../coordinator';
+
+/** How long a registration challenge stays valid; a miner that answers later asks again. */
+export const CHALLENGE_TTL_MS = 60_000;
+/** Rejected messages a connection may send before it is disconnected. */
+export const MAX_REJECTIONS = 5;
+
+interface SocketState {
+  publicKey?: string;
+  challenge?: { value: string; expiresAt: number };
+  minerId?: string;
+  rejections: number;
+}
+
+type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string } }) => void;
+
+/**
+ * The registration handshake, then the events of a registered miner. Every
+ * message is parsed against its schema first; a rejection answers with a named
+ * code and changes nothing. A connection that keeps sending bad messages, or
+ * signs wrongly, is disconnected.
+ */
+export function attachRegistration(io: Server, coordinator: Coordinator): void {
+  io.on('connection', (socket: Socket) => {
+    const state: SocketState = { rejections: 0 };
+    const handle = <E extends ClientEvent>(event: E, fn: (msg: ReturnType<typeof parseClientMessage<E>>, ack: Ack) => Promise<void>): void => {
+      socket.on(event as string, async (data: unknown, maybeAck?: unknown) => {
+        const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event, ...reply });
+        try {
+          await fn(parseClientMessage<E>(event, data), ack);
+        } catch (e) {
+          const error = e instanceof ProtocolError ? { code: e.code, message: e.message } : { code: 'INTERNAL', message: 'the coordinator could not handle this message' };
+          if (!(e instanceof ProtocolError)) coordinator.log.error({ err: e, event }, 'handler failed');
+          ack({ ok: false, error });
+          state.rejections++;
+          if (error.code === 'BAD_SIGNATURE' || state.rejections > MAX_REJECTIONS) socket.disconnect(true);
+        }
+      });
+    };
+    // Unknown events get the same named rejection as malformed ones.
+    const handled = new Set(['hello', 'register', 'heartbeat']);
+    socket.onAny((event: string, ...args: unknown[]) => {
+      if (handled.has(event)) return;
+      const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
+      const error = { code: 'UNKNOWN_EVENT', message: `unknown event ${String(event).slice(0, 40)}` };
+      if (ack) ack({ ok: false, error });
+      else socket.emit('reply', { event, ok: false, error });
+      if (++state.rejections > MAX_REJECTIONS) socket.disconnect(true);
+    });
+
+    handle('hello', async (msg, ack) => {
+      state.publicKey = msg.publicKey;
+      state.challenge = { value: newChallenge(), expiresAt: Date.now() + CHALLENGE_TTL_MS };
+      ack({ ok: true, challenge: state.challenge.value, run: coordinator.run.name });
+    });
+
+    handle('register', async (msg, ack) => {
+      if (state.minerId) throw new ProtocolError('OUT_OF_PHASE', 'this connection is already registered');
+      if (!state.challenge || state.publicKey !== msg.publicKey) throw new ProtocolError('OUT_OF_PHASE', 'say hello with this key first');
+      if (state.challenge.value !== msg.challenge || Date.now() > state.challenge.expiresAt) {
+        throw new ProtocolError('OUT_OF_PHASE', 'challenge unknown or expired; say hello again');
+      }
+      const { signature, v: _v, ...signed } = msg;
+      if (!verifySignature('register', signed, signature, msg.publicKey)) throw new ProtocolError('BAD_SIGNATURE', 'signature does not verify');
+      state.challenge = undefined; // one use
+      const minerId = msg.publicKey.slice(2).toLowerCase();
+      const stage = await coordinator.db.transaction(async (tx) => {
+        const members = await tx.query<StageMember>(
+          `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2`,
+          [coordinator.runId, minerId],
+        );
+        const assigned = stageForNewcomer(coordinator.run.stages, members);
+        await tx.query(
+          `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active')
+           ON CONFLICT (id) DO UPDATE SET backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now()`,
+          [minerId, coordinator.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned],
+        );
+        return assigned;
+      });
+      state.minerId = minerId;
+      coordinator.sockets.set(minerId, socket);
+      socket.join(`stage:${stage}`);
+      ack({ ok: true, minerId, stage, layout: coordinator.run });
+    });
+
+    handle('heartbeat', async (_msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      await coordinator.db.query('UPDATE miners SET last_seen_at = now() WHERE id = $1', [state.minerId]);
+      ack({ ok: true });
+    });
+
+    socket.on('disconnect', async () => {
+      const id = state.minerId;
+      if (!id) return;
+      coordinator.sockets.delete(id);
+      try {
+        await coordinator.minerLeft(id);
+      } catch (e) {
+        coordinator.log.error({ err: e }, 'could not record a departure');
+      }
+    });
+  });
+}
+
+/** Moves miners so no stage stays empty; tells each moved miner its new stage. */
+export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
+  const members = await coordinator.db.query<StageMember>(
+    `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active'`,
+    [coordinator.runId],
+  );
+  for (const move of rebalance(coordinator.run.stages, members)) {
+    await coordinator.db.query('UPDATE miners SET stage = $1 WHERE id = $2', [move.to, move.id]);
+    const socket = coordinator.sockets.get(move.id);
+    socket?.leave(`stage:${move.from}`);
+    socket?.join(`stage:${move.to}`);
+    socket?.emit('reassigned', { stage: move.to, reason: `stage ${move.to} had no miner` });
+  }
+}
