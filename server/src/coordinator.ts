@@ -7,6 +7,8 @@ import { rebalanceStages } from './socket/registration';
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
   readonly sockets = new Map<string, Socket>();
+  /** Bytes the coordinator carried for miners: signaling, and frames where no direct path exists. */
+  readonly relayed = { signalBytes: 0, frameBytes: 0 };
 
   constructor(
     readonly db: Database,

@@ -76,7 +76,16 @@ export const ClientEvents = {
 export type ClientEvent = keyof typeof ClientEvents;
 export type ClientMessage<E extends ClientEvent> = Static<(typeof ClientEvents)[E]>;
 
-export type ProtocolErrorCode = 'UNKNOWN_EVENT' | 'TOO_LARGE' | 'BAD_VERSION' | 'SCHEMA' | 'BAD_SIGNATURE' | 'OUT_OF_PHASE' | 'NOT_REGISTERED';
+export type ProtocolErrorCode =
+  | 'UNKNOWN_EVENT'
+  | 'TOO_LARGE'
+  | 'BAD_VERSION'
+  | 'SCHEMA'
+  | 'BAD_SIGNATURE'
+  | 'OUT_OF_PHASE'
+  | 'NOT_REGISTERED'
+  | 'UNKNOWN_PEER'
+  | 'REPLAYED';
 
 export class ProtocolError extends Error {
   override name = 'ProtocolError';

@@ -36,3 +36,28 @@ export async function register(socket: Socket, identity: Identity, info: { backe
   const signed = { publicKey: identity.publicKey, challenge, backend: info.backend, tokensPerSec: info.tokensPerSec };
   return request<Registration>(socket, 'register', { v: PROTOCOL_VERSION, ...signed, signature: identity.sign('register', signed) });
 }
+
+/**
+ * Signaling through the coordinator: each offer, answer and candidate is
+ * signed with the miner's key (binding the DTLS fingerprint in the SDP to
+ * the registered identity); the coordinator checks and relays it, adding the
+ * sender's id, and the receiver checks the signature again.
+ */
+export function coordinatorSignals(socket: Socket, identity: Identity, verify: (from: string, signed: object, signature: string) => boolean): {
+  send: (to: string, kind: 'offer' | 'answer' | 'candidate', payload: string) => void;
+  onSignal: (handler: (from: string, kind: 'offer' | 'answer' | 'candidate', payload: string) => void) => void;
+} {
+  let seq = 0;
+  return {
+    send(to, kind, payload) {
+      const signed = { to, kind, payload, seq: seq++ };
+      socket.emit('signal', { v: PROTOCOL_VERSION, ...signed, signature: identity.sign('signal', signed) });
+    },
+    onSignal(handler) {
+      socket.on('signal', (m: { from: string; to: string; kind: 'offer' | 'answer' | 'candidate'; payload: string; seq: number; signature: string }) => {
+        if (!verify(m.from, { to: m.to, kind: m.kind, payload: m.payload, seq: m.seq }, m.signature)) return;
+        handler(m.from, m.kind, m.payload);
+      });
+    },
+  };
+}

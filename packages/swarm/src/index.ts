@@ -1,1 +1,2 @@
 export * from './coordinator-client';
+export * from './mesh';

@@ -10,6 +10,7 @@ export const CHALLENGE_TTL_MS = 60_000;
 export const MAX_REJECTIONS = 5;
 
 interface SocketState {
+  lastSignalSeq?: number;
   publicKey?: string;
   challenge?: { value: string; expiresAt: number };
   minerId?: string;
@@ -42,7 +43,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       });
     };
     // Unknown events get the same named rejection as malformed ones.
-    const handled = new Set(['hello', 'register', 'heartbeat']);
+    const handled = new Set(['hello', 'register', 'heartbeat', 'signal']);
     socket.onAny((event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
       const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
@@ -91,6 +92,22 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
     handle('heartbeat', async (_msg, ack) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
       await coordinator.db.query('UPDATE miners SET last_seen_at = now() WHERE id = $1', [state.minerId]);
+      ack({ ok: true });
+    });
+
+    // WebRTC signaling relay, between registered miners only. The sender signs
+    // { to, kind, payload, seq }; the relay checks it, refuses replays, and
+    // forwards it with the sender's id (its public key) for the receiver to check again.
+    handle('signal', async (msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      const { signature, v: _v, ...signed } = msg;
+      if (!verifySignature('signal', signed, signature, `0x${state.minerId}`)) throw new ProtocolError('BAD_SIGNATURE', 'signal signature does not verify');
+      if (state.lastSignalSeq !== undefined && msg.seq <= state.lastSignalSeq) throw new ProtocolError('REPLAYED', `seq ${msg.seq} after ${state.lastSignalSeq}`);
+      const target = coordinator.sockets.get(msg.to);
+      if (!target || msg.to === state.minerId) throw new ProtocolError('UNKNOWN_PEER', 'no registered miner with that id is connected');
+      state.lastSignalSeq = msg.seq;
+      coordinator.relayed.signalBytes += msg.payload.length;
+      target.emit('signal', { from: state.minerId, ...signed, signature });
       ack({ ok: true });
     });
 

@@ -1,0 +1,185 @@
+import Peer from 'simple-peer';
+import { encodeFrames, FrameError, Reassembler, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
+
+/** How signaling reaches another miner: the coordinator's relay, signed end to end. */
+export interface SignalTransport {
+  send(to: string, kind: 'offer' | 'answer' | 'candidate', payload: string): void;
+  onSignal(handler: (from: string, kind: 'offer' | 'answer' | 'candidate', payload: string) => void): void;
+}
+
+export interface MeshOptions {
+  selfId: string;
+  signals: SignalTransport;
+  /** A WebRTC implementation for Node (@roamhq/wrtc); browsers use their own. */
+  wrtc?: object;
+  /** Pause sending while this many bytes wait in a channel's buffer (the 16 MiB limit throws). */
+  highWaterBytes?: number;
+  /** How long a connection may take before it is abandoned. */
+  connectTimeoutMs?: number;
+}
+
+export class MeshError extends Error {
+  override name = 'MeshError';
+}
+
+type SimplePeer = Peer.Instance & { _channel?: { bufferedAmount: number }; connected?: boolean };
+
+interface Link {
+  peer: SimplePeer;
+  /** The connection attempt this peer belongs to, chosen by its initiator and carried by every signal. */
+  session: string;
+  initiator: boolean;
+  ready: Promise<void>;
+  resolve: () => void;
+  reject: (e: Error) => void;
+  reassembler: Reassembler;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/** What travels in a signal's payload: the session and simple-peer's own signal data. */
+interface SignalEnvelope {
+  session: string;
+  data: Peer.SignalData;
+}
+
+const newSession = (): string => Math.random().toString(36).slice(2) + Date.now().toString(36);
+
+/**
+ * Direct data channels to other miners. The side that wants a connection
+ * offers; if both offer at once (glare), the offer of the smaller id wins and
+ * the other side answers it. Every signal names its session, so candidates of
+ * an abandoned attempt are dropped instead of breaking the live one. Messages
+ * are cut into frames, sent with backpressure, reassembled and hash-checked.
+ */
+export class PeerMesh {
+  private readonly links = new Map<string, Link>();
+  private readonly handlers: Array<(from: string, message: AssembledMessage) => void> = [];
+  private readonly rejectHandlers: Array<(from: string, error: FrameError) => void> = [];
+  readonly stats = { bytesSent: 0, bytesReceived: 0, messagesSent: 0, messagesReceived: 0 };
+
+  constructor(private readonly options: MeshOptions) {
+    options.signals.onSignal((from, kind, payload) => this.onSignal(from, kind, payload));
+  }
+
+  onMessage(handler: (from: string, message: AssembledMessage) => void): void {
+    this.handlers.push(handler);
+  }
+
+  /** Chunks that fail their checks; the sender is reported, nothing is delivered. */
+  onReject(handler: (from: string, error: FrameError) => void): void {
+    this.rejectHandlers.push(handler);
+  }
+
+  /** Opens (or reuses) the connection to a peer and waits until it carries data. */
+  connect(peerId: string): Promise<void> {
+    const existing = this.links.get(peerId);
+    if (existing) return existing.ready;
+    return this.createLink(peerId, true, newSession()).ready;
+  }
+
+  isConnected(peerId: string): boolean {
+    return this.links.get(peerId)?.peer.connected === true;
+  }
+
+  /** Sends one message as frames, pausing whenever the channel's buffer is full. */
+  async send(peerId: string, header: FrameHeader, payload: Uint8Array): Promise<void> {
+    await this.connect(peerId);
+    const link = this.links.get(peerId);
+    if (!link) throw new MeshError(`connection to ${peerId} closed`);
+    const highWater = this.options.highWaterBytes ?? 4 * 1024 * 1024;
+    for (const chunk of encodeFrames(header, payload)) {
+      while ((link.peer._channel?.bufferedAmount ?? 0) > highWater) {
+        if (link.peer.destroyed) throw new MeshError(`connection to ${peerId} closed while sending`);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      if (link.peer.destroyed) throw new MeshError(`connection to ${peerId} closed while sending`);
+      link.peer.send(chunk);
+      this.stats.bytesSent += chunk.length;
+    }
+    this.stats.messagesSent++;
+  }
+
+  close(peerId?: string): void {
+    for (const [id, link] of [...this.links]) {
+      if (peerId && id !== peerId) continue;
+      this.dropLink(id, link, new MeshError(`connection to ${id} closed`));
+    }
+  }
+
+  private onSignal(from: string, kind: 'offer' | 'answer' | 'candidate', payload: string): void {
+    let envelope: SignalEnvelope;
+    try {
+      envelope = JSON.parse(payload) as SignalEnvelope;
+      if (typeof envelope.session !== 'string' || typeof envelope.data !== 'object' || envelope.data === null) return;
+    } catch {
+      return; // the relay checked the sender's signature; a malformed payload is simply dropped
+    }
+    let link = this.links.get(from);
+    if (kind === 'offer' && link?.session !== envelope.session) {
+      if (link && link.initiator && !link.peer.connected && this.options.selfId < from) return; // glare: our offer wins
+      link = this.createLink(from, false, envelope.session, link);
+    }
+    if (!link || link.session !== envelope.session) return; // a signal of an abandoned attempt
+    link.peer.signal(envelope.data);
+  }
+
+  /** A new connection attempt; a replaced attempt's waiters are carried over to it. */
+  private createLink(peerId: string, initiator: boolean, session: string, replacing?: Link): Link {
+    let resolve!: () => void;
+    let reject!: (e: Error) => void;
+    const ready = replacing?.ready ?? new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+    if (replacing) {
+      ({ resolve, reject } = replacing);
+      clearTimeout(replacing.timer);
+      replacing.peer.removeAllListeners();
+      replacing.peer.destroy();
+    }
+    ready.catch(() => {}); // observed by connect(); never an unhandled rejection
+    const peer = new Peer({ initiator, trickle: true, wrtc: this.options.wrtc as Peer.Options['wrtc'] }) as SimplePeer;
+    const timeoutMs = this.options.connectTimeoutMs ?? 15_000;
+    const link: Link = {
+      peer,
+      session,
+      initiator,
+      ready,
+      resolve,
+      reject,
+      reassembler: new Reassembler(),
+      timer: setTimeout(() => this.dropLink(peerId, link, new MeshError(`no connection to ${peerId} within ${timeoutMs} ms`)), timeoutMs),
+    };
+    this.links.set(peerId, link);
+    peer.on('signal', (data) => {
+      const kind = 'type' in data && data.type === 'offer' ? 'offer' : 'type' in data && data.type === 'answer' ? 'answer' : 'candidate';
+      this.options.signals.send(peerId, kind, JSON.stringify({ session, data } satisfies SignalEnvelope));
+    });
+    peer.once('connect', () => {
+      clearTimeout(link.timer);
+      link.resolve();
+    });
+    peer.on('data', (bytes: Uint8Array) => this.onData(peerId, link, bytes));
+    peer.on('error', () => this.dropLink(peerId, link, new MeshError(`connection to ${peerId} failed`)));
+    peer.on('close', () => this.dropLink(peerId, link, new MeshError(`connection to ${peerId} closed`)));
+    return link;
+  }
+
+  private onData(peerId: string, link: Link, bytes: Uint8Array): void {
+    this.stats.bytesReceived += bytes.length;
+    try {
+      const message = link.reassembler.push(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+      if (!message) return;
+      this.stats.messagesReceived++;
+      for (const h of this.handlers) h(peerId, message);
+    } catch (e) {
+      if (!(e instanceof FrameError)) throw e;
+      for (const h of this.rejectHandlers) h(peerId, e);
+    }
+  }
+
+  private dropLink(peerId: string, link: Link, reason: Error): void {
+    clearTimeout(link.timer);
+    link.reject(reason);
+    if (this.links.get(peerId) === link) this.links.delete(peerId);
+    link.peer.removeAllListeners();
+    link.peer.destroy();
+  }
+}

@@ -1,0 +1,101 @@
+import wrtc from '@roamhq/wrtc';
+import { generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
+import { CoordinatorError, PeerMesh, coordinatorSignals, register, request } from '@train-at-home/swarm';
+import { io as connect, type Socket } from 'socket.io-client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, type App } from './app';
+
+let app: App;
+let url: string;
+const sockets: Socket[] = [];
+const meshes: PeerMesh[] = [];
+
+async function miner(): Promise<{ id: string; socket: Socket; identity: Identity; mesh: PeerMesh }> {
+  const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
+  sockets.push(socket);
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+  const identity = generateIdentity();
+  const { minerId } = await register(socket, identity, { backend: 'wasm', tokensPerSec: 100 });
+  const signals = coordinatorSignals(socket, identity, (from, signed, signature) => verifySignature('signal', signed, signature, `0x${from}`));
+  const mesh = new PeerMesh({ selfId: minerId, signals, wrtc });
+  meshes.push(mesh);
+  return { id: minerId, socket, identity, mesh };
+}
+
+function bytes(length: number, seed: number): Uint8Array {
+  return Uint8Array.from({ length }, (_, i) => (i * 31 + seed) & 0xff);
+}
+
+beforeAll(async () => {
+  app = await buildApp({ run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 } });
+  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+});
+afterAll(async () => {
+  meshes.forEach((m) => m.close());
+  sockets.forEach((s) => s.disconnect());
+  await app.close();
+});
+
+describe('peer mesh over WebRTC, signaled through the coordinator', () => {
+  it('connects two registered miners directly and moves a chunked message both ways, the coordinator carrying no frame', async () => {
+    const a = await miner();
+    const b = await miner();
+    const received = new Promise<{ from: string; payload: Uint8Array; pathway: number[] }>((resolve) =>
+      b.mesh.onMessage((from, m) => resolve({ from, payload: m.payload, pathway: m.pathway })),
+    );
+    const payload = bytes(1_000_000, 1);
+    const activationId = bytes(16, 9);
+    await a.mesh.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId, pathway: [0] }, payload);
+    const got = await received;
+    expect(got.from).toBe(a.id);
+    expect(got.payload).toEqual(payload);
+    expect(got.pathway).toEqual([0]);
+
+    const back = new Promise<Uint8Array>((resolve) => a.mesh.onMessage((_from, m) => resolve(m.payload)));
+    await b.mesh.send(a.id, { kind: 'gradient', runId: 1, epoch: 0, activationId, pathway: [0, 0] }, bytes(300_000, 2));
+    expect(await back).toEqual(bytes(300_000, 2));
+
+    expect(a.mesh.stats.bytesSent).toBeGreaterThan(1_000_000);
+    expect(b.mesh.stats.bytesReceived).toBe(a.mesh.stats.bytesSent);
+    expect(app.coordinator.relayed.frameBytes).toBe(0);
+    expect(app.coordinator.relayed.signalBytes).toBeGreaterThan(0);
+  });
+
+  it('makes one working connection when both miners send to each other at once (glare)', async () => {
+    const a = await miner();
+    const b = await miner();
+    const atA = new Promise<Uint8Array>((resolve) => a.mesh.onMessage((_f, m) => resolve(m.payload)));
+    const atB = new Promise<Uint8Array>((resolve) => b.mesh.onMessage((_f, m) => resolve(m.payload)));
+    const header = { kind: 'activation' as const, runId: 1, epoch: 0, activationId: bytes(16, 3), pathway: [] };
+    await Promise.all([a.mesh.send(b.id, header, bytes(1000, 4)), b.mesh.send(a.id, header, bytes(2000, 5))]);
+    expect(await atB).toEqual(bytes(1000, 4));
+    expect(await atA).toEqual(bytes(2000, 5));
+    expect(a.mesh.isConnected(b.id) && b.mesh.isConnected(a.id)).toBe(true);
+  });
+
+  it('refuses forged, replayed and misaddressed signals by name', async () => {
+    const a = await miner();
+    const b = await miner();
+    const signed = { to: b.id, kind: 'offer' as const, payload: '{}', seq: 100 };
+    const forger = generateIdentity();
+    expect(await code(request(a.socket, 'signal', { v: PROTOCOL_VERSION, ...signed, signature: forger.sign('signal', signed) }))).toBe('BAD_SIGNATURE');
+    const c = await miner();
+    const ok = { to: b.id, kind: 'candidate' as const, payload: '{}', seq: 5000 };
+    await request(c.socket, 'signal', { v: PROTOCOL_VERSION, ...ok, signature: c.identity.sign('signal', ok) });
+    expect(await code(request(c.socket, 'signal', { v: PROTOCOL_VERSION, ...ok, signature: c.identity.sign('signal', ok) }))).toBe('REPLAYED');
+    const nobody = { to: 'f'.repeat(64), kind: 'offer' as const, payload: '{}', seq: 6000 };
+    expect(await code(request(c.socket, 'signal', { v: PROTOCOL_VERSION, ...nobody, signature: c.identity.sign('signal', nobody) }))).toBe('UNKNOWN_PEER');
+    const unregistered = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
+    sockets.push(unregistered);
+    expect(await code(request(unregistered, 'signal', { v: PROTOCOL_VERSION, ...ok, seq: 1, signature: c.identity.sign('signal', { ...ok, seq: 1 }) }))).toBe('NOT_REGISTERED');
+  });
+});
+
+async function code(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+    return 'accepted';
+  } catch (e) {
+    return e instanceof CoordinatorError ? e.code : `unexpected ${(e as Error).message}`;
+  }
+}
