@@ -34,6 +34,12 @@ export class Coordinator {
     await rebalanceStages(this);
   }
 
+  /** Tells every connected miner who holds which stage, so each can pick its neighbours. */
+  async broadcastStageMap(): Promise<void> {
+    const stages = (await this.stageMap()).map((s) => s.miners.map((m) => m.id));
+    for (const socket of this.sockets.values()) socket.emit('stages', { stages });
+  }
+
   async stageMap(): Promise<Array<{ stage: number; miners: Array<{ id: string; address: string; backend: string; tokensPerSec: number }> }>> {
     const rows = await this.db.query<{ id: string; address: string; backend: string; tokensPerSec: number; stage: number }>(
       `SELECT id, address, backend, tokens_per_sec AS "tokensPerSec", stage FROM miners WHERE run_id = $1 AND status = 'active' ORDER BY stage, id`,

@@ -1,2 +1,4 @@
 export * from './coordinator-client';
 export * from './mesh';
+export * from './microbatch';
+export * from './pipeline';

@@ -87,6 +87,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       coordinator.sockets.set(minerId, socket);
       socket.join(`stage:${stage}`);
       ack({ ok: true, minerId, stage, layout: coordinator.run });
+      await coordinator.broadcastStageMap();
     });
 
     handle('heartbeat', async (_msg, ack) => {
@@ -137,4 +138,5 @@ export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
     socket?.join(`stage:${move.to}`);
     socket?.emit('reassigned', { stage: move.to, reason: `stage ${move.to} had no miner` });
   }
+  await coordinator.broadcastStageMap();
 }

@@ -1,0 +1,194 @@
+import * as tf from '@tensorflow/tfjs';
+import {
+  AdamW,
+  clipByGlobalNorm,
+  cosineSchedule,
+  decodeBoundary,
+  encodeBoundary,
+  type Precision,
+  type Stage,
+  type StageInput,
+  type TokenBatch,
+} from '@train-at-home/model';
+import type { AssembledMessage } from '@train-at-home/protocol';
+import type { PeerMesh } from './mesh';
+import { decodeMicrobatch, encodeMicrobatch } from './microbatch';
+
+export interface PipelineWorkerOptions {
+  selfId: string;
+  stage: Stage;
+  runId: number;
+  mesh: PeerMesh;
+  /** Miners holding the next stage; the worker sends to the one with the fewest microbatches outstanding. */
+  nextPeers: () => string[];
+  epoch: () => number;
+  peakLr: number;
+  warmupSteps: number;
+  totalSteps: number;
+  clipNorm?: number;
+  /** Largest microbatch accepted from a peer. */
+  maxBatch?: number;
+  /** The last stage's loss for each microbatch, with its pathway (miner ids, stage 0 first). */
+  onLoss?: (report: { activationId: string; pathway: string[]; loss: number }) => void;
+  /** A message from a peer that failed its checks: dropped, and reported. */
+  onReject?: (from: string, reason: string) => void;
+}
+
+interface Pending {
+  input: StageInput;
+  /** Who sent the activation (absent on stage 0): the gradient goes back there. */
+  from?: string;
+  /** Who received our activation: only they may send its gradient. */
+  to?: string;
+  done?: { resolve: () => void; reject: (e: Error) => void };
+}
+
+const hex = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+
+/**
+ * One miner's share of the pipeline, the same code for every stage: stage 0
+ * takes token batches and sends activations on; a middle stage decodes,
+ * runs its blocks and forwards; the last computes the loss and starts the
+ * gradients back. Each stage keeps the input of every microbatch in flight,
+ * recomputes its forward when the gradient returns (Stage.backward), sends
+ * its input's gradient to the miner the activation came from, and takes an
+ * inner AdamW step. Messages are handled one at a time, in arrival order.
+ */
+export class PipelineWorker {
+  private readonly pending = new Map<string, Pending>();
+  private readonly outstanding = new Map<string, number>();
+  private readonly optimizer: AdamW;
+  private readonly lr: (step: number) => number;
+  private readonly precision: Precision;
+  private queue: Promise<void> = Promise.resolve();
+  step = 0;
+  readonly stats = { microbatches: 0, tokens: 0, computeMs: 0, rejected: 0 };
+
+  constructor(private readonly o: PipelineWorkerOptions) {
+    this.optimizer = new AdamW(o.stage.params, o.stage.specs);
+    this.lr = cosineSchedule({ peakLr: o.peakLr, warmupSteps: o.warmupSteps, totalSteps: o.totalSteps });
+    this.precision = o.stage.spec.layout.int8 ? 'int8' : 'fp32';
+    o.mesh.onMessage((from, message) => {
+      this.queue = this.queue.then(() => this.handle(from, message)).catch((e: unknown) => this.reject(from, (e as Error).message));
+    });
+  }
+
+  /** Stage 0: runs one microbatch through the pipeline; resolves when its gradient is back and applied. */
+  submit(batch: TokenBatch): Promise<void> {
+    if (!this.o.stage.spec.isFirst) throw new Error('only the first stage takes token batches');
+    return new Promise<void>((resolve, reject) => {
+      this.queue = this.queue
+        .then(async () => {
+          const activationId = crypto.getRandomValues(new Uint8Array(16));
+          const input: StageInput = { batch: batch.batch, time: batch.time, x: tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32') };
+          const entry: Pending = { input, done: { resolve, reject } };
+          this.pending.set(hex(activationId), entry);
+          await this.forwardAndSend(activationId, entry, batch.targets, []);
+        })
+        .catch((e: unknown) => reject(e as Error));
+    });
+  }
+
+  private async handle(from: string, message: AssembledMessage): Promise<void> {
+    if (message.runId !== this.o.runId) throw new Error(`frame for run ${message.runId}`);
+    if (message.kind === 'activation') await this.onActivation(from, message);
+    else if (message.kind === 'gradient') await this.onGradient(from, message);
+  }
+
+  private async onActivation(from: string, message: AssembledMessage): Promise<void> {
+    const spec = this.o.stage.spec;
+    if (spec.isFirst) throw new Error('the first stage receives no activations');
+    const mb = decodeMicrobatch(message.payload, {
+      maxBatch: this.o.maxBatch ?? 256,
+      time: spec.config.contextLength,
+      vocabSize: spec.config.vocabSize,
+      maxPathway: spec.stages,
+    });
+    if (mb.pathway[mb.pathway.length - 1] !== from) throw new Error('pathway does not end with the sender');
+    const rows = mb.batch * mb.time;
+    const frame = decodeBoundary(mb.frame, { rows, cols: spec.inputWidth, precision: this.precision });
+    const input: StageInput = { batch: mb.batch, time: mb.time, x: tf.tensor2d(frame.data, [rows, spec.inputWidth]) };
+    const entry: Pending = { input, from };
+    const key = hex(message.activationId);
+    if (this.pending.has(key)) throw new Error('activation id already in flight');
+    this.pending.set(key, entry);
+    if (spec.isLast) {
+      input.targets = tf.tensor2d(mb.targets, [mb.batch, mb.time], 'int32');
+      await this.backwardAndSend(message.activationId, entry, undefined, [...mb.pathway, this.o.selfId]);
+    } else {
+      await this.forwardAndSend(message.activationId, entry, mb.targets, mb.pathway);
+    }
+  }
+
+  private async onGradient(from: string, message: AssembledMessage): Promise<void> {
+    const key = hex(message.activationId);
+    const entry = this.pending.get(key);
+    if (!entry || entry.to !== from) throw new Error('gradient for no activation this miner sent to that peer');
+    const spec = this.o.stage.spec;
+    const rows = entry.input.batch * entry.input.time;
+    const frame = decodeBoundary(message.payload, { rows, cols: spec.outputWidth, precision: this.precision });
+    const outputGrad = tf.tensor2d(frame.data, [rows, spec.outputWidth]);
+    this.outstanding.set(from, Math.max(0, (this.outstanding.get(from) ?? 1) - 1));
+    await this.backwardAndSend(message.activationId, entry, outputGrad, undefined);
+    outputGrad.dispose();
+  }
+
+  private async forwardAndSend(activationId: Uint8Array, entry: Pending, targets: Int32Array, pathway: string[]): Promise<void> {
+    const started = performance.now();
+    const out = this.o.stage.forward(entry.input);
+    const [rows, cols] = out.shape as [number, number];
+    const frame = encodeBoundary({ rows, cols, data: (await out.data()) as Float32Array }, this.precision);
+    out.dispose();
+    this.stats.computeMs += performance.now() - started;
+    const to = this.pickNext();
+    entry.to = to;
+    this.outstanding.set(to, (this.outstanding.get(to) ?? 0) + 1);
+    const payload = encodeMicrobatch({ batch: entry.input.batch, time: entry.input.time, pathway: [...pathway, this.o.selfId], targets, frame });
+    await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
+  }
+
+  private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined): Promise<void> {
+    const started = performance.now();
+    const result = this.o.stage.backward(entry.input, outputGrad);
+    const clipped = clipByGlobalNorm(result.grads, this.o.clipNorm ?? 1);
+    this.optimizer.apply(clipped.grads, this.lr(this.step));
+    tf.dispose(Object.values(clipped.grads));
+    this.step++;
+    this.stats.microbatches++;
+    this.stats.tokens += entry.input.batch * entry.input.time;
+    let gradFrame: Uint8Array | undefined;
+    if (result.inputGrad) {
+      const [rows, cols] = result.inputGrad.shape;
+      gradFrame = encodeBoundary({ rows, cols, data: (await result.inputGrad.data()) as Float32Array }, this.precision);
+      result.inputGrad.dispose();
+    }
+    this.stats.computeMs += performance.now() - started;
+    this.pending.delete(hex(activationId));
+    tf.dispose([entry.input.x, ...(entry.input.targets ? [entry.input.targets] : [])]);
+    if (result.loss !== undefined && pathway) this.o.onLoss?.({ activationId: hex(activationId), pathway, loss: result.loss });
+    if (gradFrame && entry.from) {
+      await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
+    }
+    entry.done?.resolve();
+  }
+
+  private pickNext(): string {
+    const peers = this.o.nextPeers();
+    if (peers.length === 0) throw new Error('no miner holds the next stage');
+    return [...peers].sort((a, b) => (this.outstanding.get(a) ?? 0) - (this.outstanding.get(b) ?? 0) || (a < b ? -1 : 1))[0]!;
+  }
+
+  private reject(from: string, reason: string): void {
+    this.stats.rejected++;
+    this.o.onReject?.(from, reason);
+  }
+
+  dispose(): void {
+    for (const p of this.pending.values()) {
+      tf.dispose([p.input.x, ...(p.input.targets ? [p.input.targets] : [])]);
+      p.done?.reject(new Error('worker stopped'));
+    }
+    this.pending.clear();
+    this.optimizer.dispose();
+  }
+}
