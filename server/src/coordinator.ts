@@ -34,6 +34,14 @@ export class Coordinator {
     await rebalanceStages(this);
   }
 
+  private readonly lossListeners: Array<(loss: number) => void> = [];
+  onLoss(listener: (loss: number) => void): void {
+    this.lossListeners.push(listener);
+  }
+  emitLoss(loss: number): void {
+    for (const l of this.lossListeners) l(loss);
+  }
+
   /** Tells every connected miner who holds which stage, so each can pick its neighbours. */
   async broadcastStageMap(): Promise<void> {
     const stages = (await this.stageMap()).map((s) => s.miners.map((m) => m.id));

@@ -4,6 +4,10 @@ import { PRESETS, stageSpecs, type PresetName, type RunLayout } from '@train-at-
 export interface RunConfig extends RunLayout {
   name: string;
   preset: PresetName;
+  /** Seeds the initial weights: every replica of a stage starts from the same ones. */
+  seed: number;
+  /** Every miner of the run uses these: microbatch size and the inner optimizer's schedule. */
+  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
 }
 
 export function defaultRunConfig(overrides: Partial<RunConfig> = {}): RunConfig {
@@ -11,10 +15,18 @@ export function defaultRunConfig(overrides: Partial<RunConfig> = {}): RunConfig 
   const config: RunConfig = {
     name: 'default',
     preset,
+    seed: 1,
     stages: 3,
     bottleneck: PRESETS[preset].dModel / 4,
     int8: true,
     ...overrides,
+    training: {
+      batchSize: preset === 'tiny' ? 32 : 16,
+      peakLr: preset === 'tiny' ? 0.006 : 0.003,
+      warmupSteps: 20,
+      totalSteps: preset === 'tiny' ? 200 : 20_000,
+      ...overrides.training,
+    },
   };
   stageSpecs(PRESETS[config.preset], config); // throws ConfigError on an impossible layout
   return config;

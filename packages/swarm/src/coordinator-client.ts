@@ -5,6 +5,7 @@ import type { Socket } from 'socket.io-client';
 export interface Registration {
   minerId: string;
   stage: number;
+  runId: number;
   layout: { name: string; preset: string; stages: number; bottleneck: number; int8: boolean };
 }
 

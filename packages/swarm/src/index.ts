@@ -2,3 +2,4 @@ export * from './coordinator-client';
 export * from './mesh';
 export * from './microbatch';
 export * from './pipeline';
+export * from './miner';

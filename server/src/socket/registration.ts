@@ -43,7 +43,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       });
     };
     // Unknown events get the same named rejection as malformed ones.
-    const handled = new Set(['hello', 'register', 'heartbeat', 'signal']);
+    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss']);
     socket.onAny((event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
       const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
@@ -86,7 +86,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       state.minerId = minerId;
       coordinator.sockets.set(minerId, socket);
       socket.join(`stage:${stage}`);
-      ack({ ok: true, minerId, stage, layout: coordinator.run });
+      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run });
       await coordinator.broadcastStageMap();
     });
 
@@ -109,6 +109,20 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       state.lastSignalSeq = msg.seq;
       coordinator.relayed.signalBytes += msg.payload.length;
       target.emit('signal', { from: state.minerId, ...signed, signature });
+      ack({ ok: true });
+    });
+
+    // The last stage's loss for one microbatch. Recorded as a training metric; the
+    // validator, not this report, decides what a miner earns.
+    handle('loss', async (msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      const [row] = await coordinator.db.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1', [state.minerId]);
+      if (row?.stage !== coordinator.run.stages - 1) throw new ProtocolError('OUT_OF_PHASE', 'only the last stage reports losses');
+      if (msg.pathway.length !== coordinator.run.stages || msg.pathway[msg.pathway.length - 1] !== state.minerId) {
+        throw new ProtocolError('SCHEMA', 'the pathway must name one miner per stage, ending with the reporter');
+      }
+      await coordinator.db.query(`INSERT INTO metrics (run_id, epoch, name, value) VALUES ($1, $2, 'train_loss', $3)`, [coordinator.runId, msg.epoch, msg.loss]);
+      coordinator.emitLoss(msg.loss);
       ack({ ok: true });
     });
 

@@ -1,0 +1,67 @@
+/**
+ * The headless Node miner.
+ *   npm run miner -- --coordinator http://localhost:8080            one miner
+ *   npm run miner -- --coordinator http://localhost:8080 --count 6  six miners, one process each
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import wrtc from '@roamhq/wrtc';
+import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
+import { cryptoReady, generateIdentity } from '@train-at-home/protocol';
+import { Miner } from '@train-at-home/swarm';
+
+const { values } = parseArgs({
+  options: {
+    coordinator: { type: 'string', default: 'http://localhost:8080' },
+    count: { type: 'string', default: '1' },
+    microbatches: { type: 'string' },
+    'in-flight': { type: 'string', default: '2' },
+    'data-seed': { type: 'string' },
+  },
+});
+const count = Number(values.count);
+
+if (count > 1) {
+  // One process per miner: each trains on its own core's worth of time.
+  const self = fileURLToPath(import.meta.url);
+  const children: ChildProcess[] = [];
+  const passOn = ['--coordinator', values.coordinator, '--in-flight', values['in-flight'], ...(values.microbatches ? ['--microbatches', values.microbatches] : [])];
+  for (let i = 0; i < count; i++) {
+    children.push(spawn(process.execPath, [...process.execArgv, self, ...passOn, '--count', '1'], { stdio: 'inherit' }));
+    await new Promise((r) => setTimeout(r, 300)); // registration order = stage order, for readable logs
+  }
+  const stopAll = (): void => children.forEach((c) => c.kill('SIGTERM'));
+  process.once('SIGINT', stopAll);
+  process.once('SIGTERM', stopAll);
+  await Promise.all(children.map((c) => new Promise((r) => c.once('exit', r))));
+} else {
+  const backend = await initNodeBackend();
+  await cryptoReady();
+  const identity = generateIdentity();
+  const miner = new Miner({
+    coordinatorUrl: values.coordinator,
+    identity,
+    backend,
+    tokensPerSec: 1000,
+    wrtc,
+    maxInFlight: Number(values['in-flight']),
+    maxMicrobatches: values.microbatches ? Number(values.microbatches) : undefined,
+    dataSeed: values['data-seed'] ? Number(values['data-seed']) : undefined,
+    tokens: {
+      async train(vocabSize) {
+        prepareData({ outDir: DATA_DIR, vocabSize });
+        return loadDataset(join(DATA_DIR, datasetName(vocabSize))).train;
+      },
+    },
+    log: (line) => console.log(`[miner ${identity.address.slice(0, 6)}] ${line}`),
+  });
+  await miner.start();
+  const stop = (): void => {
+    miner.stop();
+    process.exit(0);
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}

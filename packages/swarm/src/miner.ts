@@ -1,0 +1,121 @@
+import { BatchSampler, PRESETS, Stage, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
+import { io, type Socket } from 'socket.io-client';
+import { coordinatorSignals, register, type Registration } from './coordinator-client';
+import { PeerMesh } from './mesh';
+import { PipelineWorker } from './pipeline';
+
+/** Where a first-stage miner gets training tokens (disk in Node, HTTP ranges in a browser). */
+export interface TokenSource {
+  train(vocabSize: number): Promise<Uint16Array>;
+}
+
+export interface MinerOptions {
+  coordinatorUrl: string;
+  identity: Identity;
+  backend: BackendName;
+  tokensPerSec: number;
+  tokens: TokenSource;
+  /** A WebRTC implementation for Node; browsers pass nothing. */
+  wrtc?: object;
+  /** Microbatches stage 0 keeps in the pipeline at once. */
+  maxInFlight?: number;
+  /** Stage 0 stops after submitting this many (default: no limit). */
+  maxMicrobatches?: number;
+  /** Seeds this miner's choice of training windows (random by default, so replicas see different data). */
+  dataSeed?: number;
+  log?: (line: string) => void;
+}
+
+type RunLayout = Registration['layout'] & {
+  preset: PresetName;
+  seed: number;
+  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
+};
+
+/**
+ * One miner: registers with the coordinator, takes the stage it is given,
+ * connects to its neighbours peer to peer and trains. The browser tab and
+ * the Node miner both run this; they differ only in backend, WebRTC and token source.
+ */
+export class Miner {
+  private socket?: Socket;
+  private mesh?: PeerMesh;
+  private worker?: PipelineWorker;
+  private model?: Stage;
+  private stageMap: string[][] = [];
+  private running = false;
+  registration?: Registration & { layout: RunLayout };
+
+  constructor(private readonly o: MinerOptions) {}
+
+  get stats(): PipelineWorker['stats'] | undefined {
+    return this.worker?.stats;
+  }
+
+  async start(): Promise<void> {
+    const log = this.o.log ?? (() => {});
+    const socket = io(this.o.coordinatorUrl, { transports: ['websocket'], reconnection: false });
+    this.socket = socket;
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('connect_error', reject);
+    });
+    socket.on('stages', (m: { stages: string[][] }) => (this.stageMap = m.stages));
+    const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
+    this.registration = registration;
+    const { minerId, stage, layout } = registration;
+    log(`registered as ${minerId.slice(0, 8)}…, stage ${stage} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}${layout.int8 ? ', int8' : ''})`);
+
+    this.mesh = new PeerMesh({
+      selfId: minerId,
+      wrtc: this.o.wrtc,
+      signals: coordinatorSignals(socket, this.o.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
+    });
+    const config = PRESETS[layout.preset];
+    this.model = new Stage(stageSpecs(config, layout)[stage]!, layout.seed);
+    this.worker = new PipelineWorker({
+      selfId: minerId,
+      stage: this.model,
+      runId: registration.runId,
+      mesh: this.mesh,
+      nextPeers: () => this.stageMap[stage + 1] ?? [],
+      epoch: () => 0,
+      ...layout.training,
+      onLoss: (r) => socket.emit('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
+      onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
+    });
+    this.running = true;
+    if (stage === 0) void this.feed(config.contextLength, layout);
+  }
+
+  /** Stage 0: keeps maxInFlight microbatches in the pipeline until stopped. */
+  private async feed(time: number, layout: RunLayout): Promise<void> {
+    const tokens = await this.o.tokens.train(PRESETS[layout.preset].vocabSize);
+    const sampler = new BatchSampler(tokens, layout.training.batchSize, time, this.o.dataSeed ?? Math.floor(Math.random() * 2 ** 31));
+    // Wait for a miner on the next stage.
+    while (this.running && (this.stageMap[1]?.length ?? 0) === 0) await new Promise((r) => setTimeout(r, 100));
+    let submitted = 0;
+    const limit = this.o.maxMicrobatches ?? Infinity;
+    const lane = async (): Promise<void> => {
+      while (this.running && submitted < limit) {
+        submitted++;
+        try {
+          await this.worker!.submit(sampler.next());
+        } catch (e) {
+          this.o.log?.(`microbatch failed: ${(e as Error).message}`);
+          await new Promise((r) => setTimeout(r, 500));
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: this.o.maxInFlight ?? 2 }, lane));
+  }
+
+  stop(): void {
+    this.running = false;
+    this.worker?.dispose();
+    this.mesh?.close();
+    this.model?.dispose();
+    this.socket?.disconnect();
+  }
+}
