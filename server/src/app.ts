@@ -3,12 +3,14 @@ import { Server } from 'socket.io';
 import { cryptoReady } from '@train-at-home/protocol';
 import { Coordinator } from './coordinator';
 import { openDatabase, type Database, type DatabaseOptions } from './db/database';
+import { checkpointRoutes } from './routes/checkpoints';
 import { statusRoutes } from './routes/status';
-import { defaultRunConfig, type RunConfig } from './run-config';
+import { HeldOutEvaluator } from './validator/heldout';
+import { defaultRunConfig, type RunOverrides } from './run-config';
 import { attachRegistration } from './socket/registration';
 
 export interface AppOptions {
-  run?: Partial<RunConfig>;
+  run?: RunOverrides;
   database?: DatabaseOptions;
   logger?: boolean;
 }
@@ -18,6 +20,7 @@ export interface App {
   io: Server;
   coordinator: Coordinator;
   db: Database;
+  validator: HeldOutEvaluator;
   close(): Promise<void>;
 }
 
@@ -33,6 +36,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   // Miners that were active when the coordinator stopped must reconnect and register again.
   await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
   await fastify.register(statusRoutes, { coordinator });
+  await fastify.register(checkpointRoutes, { coordinator });
+  const validator = new HeldOutEvaluator(coordinator);
   const io = new Server(fastify.server, { maxHttpBufferSize: 128 * 1024, serveClient: false });
   attachRegistration(io, coordinator);
   return {
@@ -40,6 +45,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     io,
     coordinator,
     db,
+    validator,
     async close() {
       io.close();
       await fastify.close();

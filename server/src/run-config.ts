@@ -7,10 +7,13 @@ export interface RunConfig extends RunLayout {
   /** Seeds the initial weights: every replica of a stage starts from the same ones. */
   seed: number;
   /** Every miner of the run uses these: microbatch size and the inner optimizer's schedule. */
-  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
+  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number; checkpointEvery: number };
 }
 
-export function defaultRunConfig(overrides: Partial<RunConfig> = {}): RunConfig {
+/** What an operator may set: any field, and any part of the training settings. */
+export type RunOverrides = Partial<Omit<RunConfig, 'training'>> & { training?: Partial<RunConfig['training']> };
+
+export function defaultRunConfig(overrides: RunOverrides = {}): RunConfig {
   const preset = overrides.preset ?? 'small';
   const config: RunConfig = {
     name: 'default',
@@ -25,6 +28,7 @@ export function defaultRunConfig(overrides: Partial<RunConfig> = {}): RunConfig 
       peakLr: preset === 'tiny' ? 0.006 : 0.003,
       warmupSteps: 20,
       totalSteps: preset === 'tiny' ? 200 : 20_000,
+      checkpointEvery: 20,
       ...overrides.training,
     },
   };

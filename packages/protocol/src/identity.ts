@@ -11,7 +11,7 @@ export const SIGNING_DOMAIN = 'train-at-home/v1';
 /** SS58 prefix 42: the generic Substrate address format. */
 export const SS58_PREFIX = 42;
 
-export type SignaturePurpose = 'register' | 'signal' | 'receipt';
+export type SignaturePurpose = 'register' | 'signal' | 'receipt' | 'checkpoint';
 
 export interface Identity {
   /** 0x-prefixed hex of the 32-byte sr25519 public key. */

@@ -1,4 +1,4 @@
-import { BatchSampler, PRESETS, Stage, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { BatchSampler, PRESETS, Stage, contentHash, exportStageWeightsSync, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
 import { PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { coordinatorSignals, register, type Registration } from './coordinator-client';
@@ -30,7 +30,7 @@ export interface MinerOptions {
 type RunLayout = Registration['layout'] & {
   preset: PresetName;
   seed: number;
-  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
+  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number; checkpointEvery: number };
 };
 
 /**
@@ -46,6 +46,9 @@ export class Miner {
   private stageMap: string[][] = [];
   private running = false;
   registration?: Registration & { layout: RunLayout };
+  /** Hash of the checkpoint this miner started from, if it joined a run in progress. */
+  resumedFrom?: string;
+  checkpointsUploaded = 0;
 
   constructor(private readonly o: MinerOptions) {}
 
@@ -74,6 +77,13 @@ export class Miner {
     });
     const config = PRESETS[layout.preset];
     this.model = new Stage(stageSpecs(config, layout)[stage]!, layout.seed);
+    // A late joiner starts from the stage's latest checkpoint, not from scratch.
+    const latest = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${stage}/latest`);
+    if (latest.ok) {
+      importStageWeights(this.model, new Uint8Array(await latest.arrayBuffer()));
+      this.resumedFrom = latest.headers.get('x-content-hash') ?? 'unknown';
+      log(`loaded stage ${stage}'s latest checkpoint (${this.resumedFrom.slice(0, 12)})`);
+    }
     this.worker = new PipelineWorker({
       selfId: minerId,
       stage: this.model,
@@ -84,6 +94,9 @@ export class Miner {
       ...layout.training,
       onLoss: (r) => socket.emit('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
+      onStep: (step) => {
+        if (step % layout.training.checkpointEvery === 0) void this.upload(registration, step);
+      },
     });
     this.running = true;
     if (stage === 0) void this.feed(config.contextLength, layout);
@@ -109,6 +122,23 @@ export class Miner {
       }
     };
     await Promise.all(Array.from({ length: this.o.maxInFlight ?? 2 }, lane));
+  }
+
+  /** Sends a snapshot of this stage's weights to the coordinator, signed. */
+  private async upload(registration: Registration, step: number): Promise<void> {
+    const bytes = exportStageWeightsSync(this.model!);
+    const signed = { runId: registration.runId, stage: registration.stage, step, hash: contentHash(bytes) };
+    try {
+      const res = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${registration.stage}`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/octet-stream', 'x-miner-id': registration.minerId, 'x-step': String(step), 'x-signature': this.o.identity.sign('checkpoint', signed) },
+        body: bytes as unknown as BodyInit,
+      });
+      if (!res.ok) this.o.log?.(`checkpoint at step ${step} refused: ${res.status} ${await res.text()}`);
+      else this.checkpointsUploaded++;
+    } catch (e) {
+      this.o.log?.(`checkpoint at step ${step} not sent: ${(e as Error).message}`);
+    }
   }
 
   stop(): void {

@@ -30,6 +30,8 @@ export interface PipelineWorkerOptions {
   maxBatch?: number;
   /** The last stage's loss for each microbatch, with its pathway (miner ids, stage 0 first). */
   onLoss?: (report: { activationId: string; pathway: string[]; loss: number }) => void;
+  /** After each inner optimizer step (a consistent moment to snapshot the weights). */
+  onStep?: (step: number) => void;
   /** A message from a peer that failed its checks: dropped, and reported. */
   onReject?: (from: string, reason: string) => void;
 }
@@ -154,6 +156,7 @@ export class PipelineWorker {
     this.optimizer.apply(clipped.grads, this.lr(this.step));
     tf.dispose(Object.values(clipped.grads));
     this.step++;
+    this.o.onStep?.(this.step);
     this.stats.microbatches++;
     this.stats.tokens += entry.input.batch * entry.input.time;
     let gradFrame: Uint8Array | undefined;

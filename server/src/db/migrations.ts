@@ -62,4 +62,12 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       );
     `,
   },
+  {
+    version: 2,
+    name: 'checkpoint contents and uploader',
+    sql: `
+      ALTER TABLE checkpoints ADD COLUMN miner_id text;
+      ALTER TABLE checkpoints ADD COLUMN data bytea;
+    `,
+  },
 ];

@@ -11,12 +11,9 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = as
     return { run: coordinator.run, activeMiners: count, database: coordinator.db.kind };
   });
   app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));
-  app.get('/api/metrics', async () => ({
-    trainLoss: await coordinator.db.query(
-      `SELECT epoch, value, created_at AS "createdAt" FROM metrics WHERE run_id = $1 AND name = 'train_loss' ORDER BY created_at`,
-      [coordinator.runId],
-    ),
-  }));
+  const series = (name: string) =>
+    coordinator.db.query(`SELECT epoch, value, created_at AS "createdAt" FROM metrics WHERE run_id = $1 AND name = $2 ORDER BY created_at`, [coordinator.runId, name]);
+  app.get('/api/metrics', async () => ({ trainLoss: await series('train_loss'), heldOutLoss: await series('heldout_loss') }));
   app.get('/api/checkpoints', async () => ({
     checkpoints: await coordinator.db.query(
       `SELECT stage, epoch, hash, bytes, created_at AS "createdAt" FROM checkpoints WHERE run_id = $1 ORDER BY epoch DESC, stage`,

@@ -1,0 +1,94 @@
+import wrtc from '@roamhq/wrtc';
+import { PRESETS, Stage, contentHash, exportStageWeightsSync, stageSpecs } from '@train-at-home/model';
+import { DATA_DIR, datasetName, initNodeBackend, loadDataset } from '@train-at-home/model/node';
+import { generateIdentity, type Identity } from '@train-at-home/protocol';
+import { Miner } from '@train-at-home/swarm';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, type App } from './app';
+
+const layout = { stages: 3, bottleneck: 32, int8: true };
+let app: App;
+let url: string;
+const miners: Miner[] = [];
+
+beforeAll(async () => {
+  await initNodeBackend();
+  app = await buildApp({ run: { name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, checkpointEvery: 5 } } });
+  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+});
+afterAll(async () => {
+  miners.forEach((m) => m.stop());
+  await app.close();
+});
+
+function newMiner(identity: Identity, maxMicrobatches?: number): Miner {
+  const miner = new Miner({
+    coordinatorUrl: url,
+    identity,
+    backend: 'wasm',
+    tokensPerSec: 100,
+    wrtc,
+    maxMicrobatches,
+    dataSeed: 3,
+    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
+  });
+  miners.push(miner);
+  return miner;
+}
+
+async function put(stage: number, body: Uint8Array, headers: Record<string, string>): Promise<{ status: number; error?: string }> {
+  const res = await app.fastify.inject({ method: 'PUT', url: `/api/checkpoints/${stage}`, headers: { 'content-type': 'application/octet-stream', ...headers }, payload: Buffer.from(body) });
+  return { status: res.statusCode, error: res.json().error };
+}
+
+describe('checkpoints, late joiners and the held-out validator', () => {
+  it('refuses uploads that are unsigned, for another stage, or not this stage\'s weights, and stores nothing', async () => {
+    const identity = generateIdentity();
+    const miner = newMiner(identity);
+    await miner.start();
+    const { minerId, stage, runId } = miner.registration!;
+    expect(stage).toBe(0);
+    const mine = exportStageWeightsSync(new Stage(stageSpecs(PRESETS.tiny, layout)[0]!, 1));
+    const theirs = exportStageWeightsSync(new Stage(stageSpecs(PRESETS.tiny, layout)[1]!, 1));
+    const sign = (s: number, bytes: Uint8Array, step = 1) => ({
+      'x-miner-id': minerId,
+      'x-step': String(step),
+      'x-signature': identity.sign('checkpoint', { runId, stage: s, step, hash: contentHash(bytes) }),
+    });
+    expect(await put(0, mine, { ...sign(0, mine), 'x-signature': generateIdentity().sign('checkpoint', {}) })).toEqual({ status: 401, error: 'BAD_SIGNATURE' });
+    expect(await put(0, mine, { ...sign(0, theirs) })).toEqual({ status: 401, error: 'BAD_SIGNATURE' }); // signed other bytes
+    expect(await put(1, theirs, sign(1, theirs))).toEqual({ status: 403, error: 'NOT_YOUR_STAGE' });
+    expect(await put(0, theirs, sign(0, theirs))).toEqual({ status: 400, error: 'BAD_WEIGHTS' });
+    const garbage = new Uint8Array(1000).fill(7);
+    expect(await put(0, garbage, sign(0, garbage))).toEqual({ status: 400, error: 'BAD_WEIGHTS' });
+    expect(await put(9, mine, sign(9, mine))).toEqual({ status: 404, error: 'NO_SUCH_STAGE' });
+    expect(await put(0, mine, { 'x-step': '1' })).toEqual({ status: 400, error: 'SCHEMA' });
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/checkpoints/0/latest' })).statusCode).toBe(404);
+    expect(await app.db.query('SELECT * FROM checkpoints')).toEqual([]);
+    expect(await app.validator.evaluate()).toBeUndefined();
+    miner.stop();
+    await expect.poll(async () => (await app.fastify.inject({ method: 'GET', url: '/api/status' })).json().activeMiners).toBe(0);
+  });
+
+  it('stores the swarm\'s checkpoints; the validator evaluates them; a late joiner starts from them', async () => {
+    const swarm = [newMiner(generateIdentity(), 10), newMiner(generateIdentity()), newMiner(generateIdentity())];
+    for (const m of swarm) await m.start();
+    expect(swarm.map((m) => m.registration!.stage)).toEqual([0, 1, 2]);
+    await expect.poll(() => swarm.every((m) => m.checkpointsUploaded >= 2), { timeout: 120_000, interval: 500 }).toBe(true);
+
+    const result = await app.validator.evaluate();
+    expect(result).toBeDefined();
+    // Ten small steps from random weights: well below the uniform guess ln V, and recorded.
+    expect(result!.heldOutLoss).toBeLessThan(Math.log(PRESETS.tiny.vocabSize) - 0.3);
+    const metrics = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json();
+    expect(metrics.heldOutLoss.at(-1).value).toBeCloseTo(result!.heldOutLoss, 5);
+
+    const latest = await app.fastify.inject({ method: 'GET', url: '/api/checkpoints/0/latest' });
+    expect(latest.statusCode).toBe(200);
+    const late = newMiner(generateIdentity());
+    await late.start();
+    expect(late.registration!.stage).toBe(0);
+    expect(late.resumedFrom).toBe(latest.headers['x-content-hash']);
+  });
+});
