@@ -6,6 +6,7 @@ import { Miner } from '@train-at-home/swarm';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
 
 const layout = { stages: 3, bottleneck: 32, int8: true };
 let app: App;
@@ -14,7 +15,8 @@ const miners: Miner[] = [];
 
 beforeAll(async () => {
   await initNodeBackend();
-  app = await buildApp({ run: { name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, checkpointEvery: 5 } } });
+  app = await buildApp({
+    database: await testDatabase(), run: { name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, checkpointEvery: 5 } } });
   url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 });
 afterAll(async () => {

@@ -4,6 +4,7 @@ import { CoordinatorError, PeerMesh, coordinatorSignals, register, request } fro
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
 
 let app: App;
 let url: string;
@@ -27,7 +28,8 @@ function bytes(length: number, seed: number): Uint8Array {
 }
 
 beforeAll(async () => {
-  app = await buildApp({ run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 } });
+  app = await buildApp({
+    database: await testDatabase(), run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 } });
   url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 });
 afterAll(async () => {

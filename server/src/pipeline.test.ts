@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
 
 const config = PRESETS.tiny;
 const layout: RunLayout = { stages: 3, bottleneck: 32, int8: true };
@@ -21,7 +22,8 @@ const cleanups: Array<() => void> = [];
 beforeAll(async () => {
   await initNodeBackend();
   prepareData({ outDir: DATA_DIR, vocabSize: config.vocabSize });
-  app = await buildApp({ run: { name: 'pipeline', preset: 'tiny', ...layout } });
+  app = await buildApp({
+    database: await testDatabase(), run: { name: 'pipeline', preset: 'tiny', ...layout } });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 });
 afterAll(async () => {

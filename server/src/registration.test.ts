@@ -6,13 +6,14 @@ import { CoordinatorError, register, request } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
 
 let app: App;
 let url: string;
 const sockets: Socket[] = [];
 
-async function start(database = {}): Promise<void> {
-  app = await buildApp({ run: { name: 'test', preset: 'tiny', stages: 3, bottleneck: 32 }, database });
+async function start(database?: Awaited<ReturnType<typeof testDatabase>>): Promise<void> {
+  app = await buildApp({ run: { name: 'test', preset: 'tiny', stages: 3, bottleneck: 32 }, database: database ?? (await testDatabase()) });
   const address = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
   url = address;
 }
@@ -64,7 +65,7 @@ describe('coordinator: registration and stage assignment', () => {
     expect(res.statusCode).toBe(200);
     expect(res.json().stages.map((s: { miners: unknown[] }) => s.miners.length)).toEqual([2, 2, 2]);
     const status = await app.fastify.inject({ method: 'GET', url: '/api/status' });
-    expect(status.json()).toMatchObject({ activeMiners: 6, database: 'pglite', run: { name: 'test' } });
+    expect(status.json()).toMatchObject({ activeMiners: 6, database: process.env.TAH_TEST_DATABASE_URL ? 'postgres' : 'pglite', run: { name: 'test' } });
   });
 
   it('gives a newcomer the slowest of the least-staffed stages', async () => {
@@ -142,16 +143,17 @@ describe('coordinator: registration and stage assignment', () => {
 });
 
 describe('coordinator: persistence', () => {
-  it('keeps the run and its miners across a restart (PGlite on disk)', async () => {
+  it('keeps the run and its miners across a restart (PGlite on disk, or the PostgreSQL server)', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'tah-coord-'));
     dirs.push(dataDir);
-    await start({ dataDir });
+    const database = await testDatabase(`restart${Date.now()}`, dataDir);
+    await start(database);
     const runId = app.coordinator.runId;
     const r = await register(await open(), generateIdentity(), { backend: 'wasm', tokensPerSec: 10 });
     sockets.splice(0).forEach((s) => s.disconnect());
     await app.close();
 
-    await start({ dataDir });
+    await start(database);
     expect(app.coordinator.runId).toBe(runId);
     const rows = await minerRows();
     expect(rows.map((x) => x.id)).toEqual([r.minerId]);

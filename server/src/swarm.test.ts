@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
 
 const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.meta.url));
 
@@ -10,6 +11,7 @@ let miners: ChildProcess | undefined;
 
 beforeAll(async () => {
   app = await buildApp({
+    database: await testDatabase(),
     run: { name: 'swarm', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 16, peakLr: 0.006, warmupSteps: 10, totalSteps: 200 } },
   });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs the coordinator's tests against a real PostgreSQL server: Debian's
+# postgresql, started here on a private port and socket folder in a temporary
+# directory, and removed afterwards (also on failure).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pgbin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+if [ -z "$(pgbin)" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test-postgres: installing Debian's postgresql"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "test-postgres: PostgreSQL is not installed and this user cannot install it (run as root, or apt-get install postgresql)" >&2
+    exit 1
+  fi
+fi
+BIN=$(pgbin)
+
+# PostgreSQL refuses to run as root: run it as the postgres user when we are root.
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+DIR=$(mktemp -d /tmp/tah-pg.XXXXXX)
+chmod 755 "$DIR"
+[ "$(id -u)" = 0 ] && chown postgres "$DIR"
+PORT=$(( 20000 + RANDOM % 20000 ))
+cleanup() { as_pg "$BIN/pg_ctl" -D "$DIR/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+as_pg "$BIN/initdb" -D "$DIR/data" -A trust -U tah >/dev/null
+as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
+  -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
+echo "test-postgres: PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT"
+
+TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" npx vitest run server "$@"
