@@ -13,6 +13,8 @@ export interface AppOptions {
   run?: RunOverrides;
   database?: DatabaseOptions;
   logger?: boolean;
+  /** A miner silent (no heartbeat) this long is dropped. */
+  silentMs?: number;
 }
 
 export interface App {
@@ -40,6 +42,11 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const validator = new HeldOutEvaluator(coordinator);
   const io = new Server(fastify.server, { maxHttpBufferSize: 128 * 1024, serveClient: false });
   attachRegistration(io, coordinator);
+  const silentMs = options.silentMs ?? 15_000;
+  const sweep = setInterval(() => {
+    coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
+  }, Math.min(1000, silentMs / 2));
+  sweep.unref();
   return {
     fastify,
     io,
@@ -47,6 +54,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     db,
     validator,
     async close() {
+      clearInterval(sweep);
       io.close();
       await fastify.close();
       await db.close();

@@ -29,6 +29,24 @@ export class Coordinator {
     return new Coordinator(db, config, stored.id, log);
   }
 
+  /**
+   * Drops miners whose last heartbeat is older than silentMs: they are
+   * disconnected, marked dropped, and their stage is refilled if it emptied.
+   * Their in-flight microbatches are re-sent by stage 0 on other pathways.
+   */
+  async dropSilent(silentMs: number): Promise<string[]> {
+    const silent = await this.db.query<{ id: string }>(
+      `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND last_seen_at < now() - make_interval(secs => $2) RETURNING id`,
+      [this.runId, silentMs / 1000],
+    );
+    for (const { id } of silent) {
+      this.sockets.get(id)?.disconnect(true);
+      this.sockets.delete(id);
+    }
+    if (silent.length > 0) await rebalanceStages(this);
+    return silent.map((r) => r.id);
+  }
+
   async minerLeft(id: string): Promise<void> {
     await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active'`, [id]);
     await rebalanceStages(this);

@@ -142,6 +142,25 @@ describe('coordinator: registration and stage assignment', () => {
   });
 });
 
+describe('coordinator: heartbeats', () => {
+  it('drops a miner that stops sending heartbeats, and keeps one that does not', async () => {
+    app = await buildApp({ run: { name: 'silent', preset: 'tiny', stages: 3, bottleneck: 32 }, database: await testDatabase(), silentMs: 1500 });
+    url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+    const quiet = await open();
+    const quietId = (await register(quiet, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 })).minerId;
+    const alive = await open();
+    await register(alive, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 });
+    const beat = setInterval(() => alive.emit('heartbeat', { v: 1, seq: 0 }), 300);
+    const dropped = new Promise((resolve) => quiet.once('disconnect', resolve));
+    await dropped;
+    clearInterval(beat);
+    const rows = await minerRows();
+    expect(rows.find((r) => r.id === quietId)?.status).toBe('dropped');
+    expect(rows.filter((r) => r.status === 'active')).toHaveLength(1);
+    expect(alive.connected).toBe(true);
+  });
+});
+
 describe('coordinator: persistence', () => {
   it('keeps the run and its miners across a restart (PGlite on disk, or the PostgreSQL server)', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'tah-coord-'));

@@ -18,6 +18,7 @@ const { values } = parseArgs({
     count: { type: 'string', default: '1' },
     microbatches: { type: 'string' },
     'in-flight': { type: 'string', default: '2' },
+    'microbatch-timeout': { type: 'string', default: '60000' },
     'data-seed': { type: 'string' },
   },
 });
@@ -27,7 +28,7 @@ if (count > 1) {
   // One process per miner: each trains on its own core's worth of time.
   const self = fileURLToPath(import.meta.url);
   const children: ChildProcess[] = [];
-  const passOn = ['--coordinator', values.coordinator, '--in-flight', values['in-flight'], ...(values.microbatches ? ['--microbatches', values.microbatches] : [])];
+  const passOn = ['--coordinator', values.coordinator, '--in-flight', values['in-flight'], '--microbatch-timeout', values['microbatch-timeout'], ...(values.microbatches ? ['--microbatches', values.microbatches] : [])];
   for (let i = 0; i < count; i++) {
     children.push(spawn(process.execPath, [...process.execArgv, self, ...passOn, '--count', '1'], { stdio: 'inherit' }));
     await new Promise((r) => setTimeout(r, 300)); // registration order = stage order, for readable logs
@@ -47,6 +48,7 @@ if (count > 1) {
     tokensPerSec: 1000,
     wrtc,
     maxInFlight: Number(values['in-flight']),
+    microbatchTimeoutMs: Number(values['microbatch-timeout']),
     maxMicrobatches: values.microbatches ? Number(values.microbatches) : undefined,
     dataSeed: values['data-seed'] ? Number(values['data-seed']) : undefined,
     tokens: {

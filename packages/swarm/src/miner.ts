@@ -18,6 +18,10 @@ export interface MinerOptions {
   tokens: TokenSource;
   /** A WebRTC implementation for Node; browsers pass nothing. */
   wrtc?: object;
+  /** How often to tell the coordinator this miner is alive. */
+  heartbeatMs?: number;
+  /** Stage 0 gives up on (and re-sends the data of) a microbatch not back in this time. */
+  microbatchTimeoutMs?: number;
   /** Microbatches stage 0 keeps in the pipeline at once. */
   maxInFlight?: number;
   /** Stage 0 stops after submitting this many (default: no limit). */
@@ -45,10 +49,14 @@ export class Miner {
   private model?: Stage;
   private stageMap: string[][] = [];
   private running = false;
+  private heartbeat?: ReturnType<typeof setInterval>;
   registration?: Registration & { layout: RunLayout };
   /** Hash of the checkpoint this miner started from, if it joined a run in progress. */
   resumedFrom?: string;
   checkpointsUploaded = 0;
+  /** Stage 0: microbatches whose gradient came back and was applied; and how many were sent again. */
+  completed = 0;
+  resubmitted = 0;
 
   constructor(private readonly o: MinerOptions) {}
 
@@ -64,7 +72,7 @@ export class Miner {
       socket.once('connect', () => resolve());
       socket.once('connect_error', reject);
     });
-    socket.on('stages', (m: { stages: string[][] }) => (this.stageMap = m.stages));
+    socket.on('stages', (m: { stages: string[][] }) => this.onStageMap(m.stages));
     const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
     this.registration = registration;
     const { minerId, stage, layout } = registration;
@@ -92,6 +100,7 @@ export class Miner {
       nextPeers: () => this.stageMap[stage + 1] ?? [],
       epoch: () => 0,
       ...layout.training,
+      microbatchTimeoutMs: this.o.microbatchTimeoutMs,
       onLoss: (r) => socket.emit('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: (step) => {
@@ -99,7 +108,22 @@ export class Miner {
       },
     });
     this.running = true;
+    let seq = 0;
+    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++ }), this.o.heartbeatMs ?? 2000);
     if (stage === 0) void this.feed(config.contextLength, layout);
+  }
+
+  /** A new stage map: neighbours that left are forgotten, with their in-flight work. */
+  private onStageMap(stages: string[][]): void {
+    const before = new Set(this.stageMap.flat());
+    this.stageMap = stages;
+    const now = new Set(stages.flat());
+    for (const id of before) {
+      if (now.has(id)) continue;
+      const dropped = this.worker?.forgetPeer(id) ?? 0;
+      this.mesh?.close(id);
+      if (dropped > 0) this.o.log?.(`miner ${id.slice(0, 8)}… left; ${dropped} microbatch(es) in flight dropped`);
+    }
   }
 
   /** Stage 0: keeps maxInFlight microbatches in the pipeline until stopped. */
@@ -111,13 +135,18 @@ export class Miner {
     let submitted = 0;
     const limit = this.o.maxMicrobatches ?? Infinity;
     const lane = async (): Promise<void> => {
+      let batch = sampler.next();
       while (this.running && submitted < limit) {
-        submitted++;
         try {
-          await this.worker!.submit(sampler.next());
+          await this.worker!.submit(batch);
+          submitted++;
+          this.completed++;
+          batch = sampler.next();
         } catch (e) {
-          this.o.log?.(`microbatch failed: ${(e as Error).message}`);
-          await new Promise((r) => setTimeout(r, 500));
+          // Its pathway broke: the same microbatch goes again, on another pathway.
+          this.resubmitted++;
+          this.o.log?.(`microbatch re-routed: ${(e as Error).message}`);
+          await new Promise((r) => setTimeout(r, 200));
         }
       }
     };
@@ -143,6 +172,7 @@ export class Miner {
 
   stop(): void {
     this.running = false;
+    clearInterval(this.heartbeat);
     this.worker?.dispose();
     this.mesh?.close();
     this.model?.dispose();

@@ -26,6 +26,8 @@ export interface PipelineWorkerOptions {
   warmupSteps: number;
   totalSteps: number;
   clipNorm?: number;
+  /** Stage 0 gives up on a microbatch whose gradient has not returned in this time (a miner on its pathway died). */
+  microbatchTimeoutMs?: number;
   /** Largest microbatch accepted from a peer. */
   maxBatch?: number;
   /** The last stage's loss for each microbatch, with its pathway (miner ids, stage 0 first). */
@@ -43,6 +45,17 @@ interface Pending {
   /** Who received our activation: only they may send its gradient. */
   to?: string;
   done?: { resolve: () => void; reject: (e: Error) => void };
+  timer?: ReturnType<typeof setTimeout>;
+}
+
+export class PipelineError extends Error {
+  override name = 'PipelineError';
+  constructor(
+    readonly code: 'MICROBATCH_TIMEOUT' | 'PEER_LOST' | 'NO_NEXT_PEER' | 'STOPPED',
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
 }
 
 const hex = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
@@ -84,7 +97,12 @@ export class PipelineWorker {
           const activationId = crypto.getRandomValues(new Uint8Array(16));
           const input: StageInput = { batch: batch.batch, time: batch.time, x: tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32') };
           const entry: Pending = { input, done: { resolve, reject } };
-          this.pending.set(hex(activationId), entry);
+          const key = hex(activationId);
+          this.pending.set(key, entry);
+          entry.timer = setTimeout(
+            () => this.abandon(key, new PipelineError('MICROBATCH_TIMEOUT', `no gradient within ${this.o.microbatchTimeoutMs ?? 60_000} ms`)),
+            this.o.microbatchTimeoutMs ?? 60_000,
+          );
           await this.forwardAndSend(activationId, entry, batch.targets, []);
         })
         .catch((e: unknown) => reject(e as Error));
@@ -125,7 +143,7 @@ export class PipelineWorker {
   private async onGradient(from: string, message: AssembledMessage): Promise<void> {
     const key = hex(message.activationId);
     const entry = this.pending.get(key);
-    if (!entry || entry.to !== from) throw new Error('gradient for no activation this miner sent to that peer');
+    if (!entry || entry.to !== from) throw new Error('gradient for no activation this miner sent to that peer (or one it gave up on)');
     const spec = this.o.stage.spec;
     const rows = entry.input.batch * entry.input.time;
     const frame = decodeBoundary(message.payload, { rows, cols: spec.outputWidth, precision: this.precision });
@@ -172,12 +190,41 @@ export class PipelineWorker {
     if (gradFrame && entry.from) {
       await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
     }
+    clearTimeout(entry.timer);
     entry.done?.resolve();
+  }
+
+  /**
+   * A neighbour left: every microbatch that went to it, or came from it, is
+   * dropped (its inputs freed). Stage 0's submissions fail at once with
+   * PEER_LOST, so the miner re-sends that data on another pathway; no step is
+   * taken for a dropped microbatch, so none is counted twice.
+   */
+  forgetPeer(peerId: string): number {
+    let dropped = 0;
+    for (const [key, entry] of [...this.pending]) {
+      if (entry.to === peerId || entry.from === peerId) {
+        this.abandon(key, new PipelineError('PEER_LOST', `miner ${peerId.slice(0, 8)}… left`));
+        dropped++;
+      }
+    }
+    this.outstanding.delete(peerId);
+    return dropped;
+  }
+
+  private abandon(key: string, reason: PipelineError): void {
+    const entry = this.pending.get(key);
+    if (!entry) return;
+    this.pending.delete(key);
+    clearTimeout(entry.timer);
+    if (entry.to) this.outstanding.set(entry.to, Math.max(0, (this.outstanding.get(entry.to) ?? 1) - 1));
+    tf.dispose([entry.input.x, ...(entry.input.targets ? [entry.input.targets] : [])]);
+    entry.done?.reject(reason);
   }
 
   private pickNext(): string {
     const peers = this.o.nextPeers();
-    if (peers.length === 0) throw new Error('no miner holds the next stage');
+    if (peers.length === 0) throw new PipelineError('NO_NEXT_PEER', 'no miner holds the next stage');
     return [...peers].sort((a, b) => (this.outstanding.get(a) ?? 0) - (this.outstanding.get(b) ?? 0) || (a < b ? -1 : 1))[0]!;
   }
 
@@ -187,11 +234,7 @@ export class PipelineWorker {
   }
 
   dispose(): void {
-    for (const p of this.pending.values()) {
-      tf.dispose([p.input.x, ...(p.input.targets ? [p.input.targets] : [])]);
-      p.done?.reject(new Error('worker stopped'));
-    }
-    this.pending.clear();
+    for (const key of [...this.pending.keys()]) this.abandon(key, new PipelineError('STOPPED', 'worker stopped'));
     this.optimizer.dispose();
   }
 }

@@ -70,4 +70,12 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE checkpoints ADD COLUMN data bytea;
     `,
   },
+  {
+    version: 3,
+    name: 'loss reports name their microbatch, once',
+    sql: `
+      ALTER TABLE metrics ADD COLUMN activation_id text;
+      CREATE UNIQUE INDEX metrics_one_report_per_microbatch ON metrics (run_id, name, activation_id) WHERE activation_id IS NOT NULL;
+    `,
+  },
 ];

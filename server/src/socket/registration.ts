@@ -121,7 +121,12 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       if (msg.pathway.length !== coordinator.run.stages || msg.pathway[msg.pathway.length - 1] !== state.minerId) {
         throw new ProtocolError('SCHEMA', 'the pathway must name one miner per stage, ending with the reporter');
       }
-      await coordinator.db.query(`INSERT INTO metrics (run_id, epoch, name, value) VALUES ($1, $2, 'train_loss', $3)`, [coordinator.runId, msg.epoch, msg.loss]);
+      const inserted = await coordinator.db.query(
+        `INSERT INTO metrics (run_id, epoch, name, value, activation_id) VALUES ($1, $2, 'train_loss', $3, $4)
+         ON CONFLICT (run_id, name, activation_id) WHERE activation_id IS NOT NULL DO NOTHING RETURNING 1`,
+        [coordinator.runId, msg.epoch, msg.loss, msg.activationId],
+      );
+      if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this microbatch was already reported');
       coordinator.emitLoss(msg.loss);
       ack({ ok: true });
     });
