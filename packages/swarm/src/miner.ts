@@ -50,6 +50,10 @@ export class Miner {
   private stageMap: string[][] = [];
   private running = false;
   private heartbeat?: ReturnType<typeof setInterval>;
+  private connectedToCoordinator = true;
+  private readonly unsent: Array<{ v: number; epoch: number; activationId: string; pathway: string[]; loss: number }> = [];
+  /** Times this miner registered again after losing the coordinator. */
+  rejoined = 0;
   registration?: Registration & { layout: RunLayout };
   /** Hash of the checkpoint this miner started from, if it joined a run in progress. */
   resumedFrom?: string;
@@ -66,13 +70,20 @@ export class Miner {
 
   async start(): Promise<void> {
     const log = this.o.log ?? (() => {});
-    const socket = io(this.o.coordinatorUrl, { transports: ['websocket'], reconnection: false });
+    // Reconnects on its own; peers stay connected to each other meanwhile.
+    const socket = io(this.o.coordinatorUrl, { transports: ['websocket'], reconnection: true, reconnectionDelay: 500, reconnectionDelayMax: 2000 });
     this.socket = socket;
     await new Promise<void>((resolve, reject) => {
       socket.once('connect', () => resolve());
       socket.once('connect_error', reject);
     });
     socket.on('stages', (m: { stages: string[][] }) => this.onStageMap(m.stages));
+    socket.on('disconnect', (reason) => {
+      this.connectedToCoordinator = false;
+      // socket.io does not reconnect after the server closed the connection itself
+      // (a coordinator shutting down, or dropping this miner): do it here.
+      if (reason === 'io server disconnect' && this.running) setTimeout(() => this.running && socket.connect(), 1000);
+    });
     const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
     this.registration = registration;
     const { minerId, stage, layout } = registration;
@@ -101,16 +112,48 @@ export class Miner {
       epoch: () => 0,
       ...layout.training,
       microbatchTimeoutMs: this.o.microbatchTimeoutMs,
-      onLoss: (r) => socket.emit('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
+      onLoss: (r) => this.report({ v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: (step) => {
         if (step % layout.training.checkpointEvery === 0) void this.upload(registration, step);
       },
     });
     this.running = true;
+    // Every later connection (automatic reconnection, or ours below) registers again.
+    socket.on('connect', () => void this.rejoin(socket));
     let seq = 0;
     this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++ }), this.o.heartbeatMs ?? 2000);
     if (stage === 0) void this.feed(config.contextLength, layout);
+  }
+
+  /**
+   * After the coordinator comes back (or the connection does): registers again
+   * and sends the loss reports it could not deliver. A different stage than
+   * before would need other weights: the miner says so and stops.
+   */
+  private async rejoin(socket: Socket): Promise<void> {
+    try {
+      const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec });
+      this.rejoined++;
+      if (again.stage !== this.registration!.stage) {
+        this.o.log?.(`the coordinator moved this miner to stage ${again.stage}; restart it to take that stage`);
+        this.stop();
+        return;
+      }
+      this.o.log?.(`re-registered with the coordinator, stage ${again.stage}`);
+      this.connectedToCoordinator = true;
+      for (const r of this.unsent.splice(0)) this.report(r);
+    } catch (e) {
+      this.o.log?.(`could not re-register: ${(e as Error).message}`);
+    }
+  }
+
+  private report(loss: { v: number; epoch: number; activationId: string; pathway: string[]; loss: number }): void {
+    if (!this.socket?.connected || !this.connectedToCoordinator) {
+      if (this.unsent.length < 10_000) this.unsent.push(loss);
+      return;
+    }
+    this.socket.emit('loss', loss);
   }
 
   /** A new stage map: neighbours that left are forgotten, with their in-flight work. */

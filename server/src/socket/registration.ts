@@ -74,7 +74,14 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
           `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2`,
           [coordinator.runId, minerId],
         );
-        const assigned = stageForNewcomer(coordinator.run.stages, members);
+        // A returning miner (after its own or the coordinator's restart) goes back to
+        // the stage it held, where its weights are, unless that stage is the most crowded.
+        const [previous] = await tx.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
+        const counts = Array.from({ length: coordinator.run.stages }, (_, s) => members.filter((m) => m.stage === s).length);
+        const assigned =
+          previous && previous.stage < coordinator.run.stages && counts[previous.stage]! <= Math.min(...counts)
+            ? previous.stage
+            : stageForNewcomer(coordinator.run.stages, members);
         await tx.query(
           `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 'active')
