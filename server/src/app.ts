@@ -1,4 +1,6 @@
+import fastifyStatic from '@fastify/static';
 import Fastify, { type FastifyInstance } from 'fastify';
+import { existsSync } from 'node:fs';
 import { Server } from 'socket.io';
 import { cryptoReady } from '@train-at-home/protocol';
 import { Coordinator } from './coordinator';
@@ -13,6 +15,10 @@ export interface AppOptions {
   run?: RunOverrides;
   database?: DatabaseOptions;
   logger?: boolean;
+  /** The built web app (dist/web), served at /. */
+  webRoot?: string;
+  /** Prepared token shards (./data), served at /data/ with HTTP ranges for browsers. */
+  dataRoot?: string;
   /** A miner silent (no heartbeat) this long is dropped. */
   silentMs?: number;
 }
@@ -39,6 +45,13 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
   await fastify.register(statusRoutes, { coordinator });
   await fastify.register(checkpointRoutes, { coordinator });
+  if (options.dataRoot && existsSync(options.dataRoot)) {
+    // Only the prepared datasets (manifest, tokenizer, shards); byte ranges let a tab fetch windows.
+    await fastify.register(fastifyStatic, { root: options.dataRoot, prefix: '/data/', decorateReply: false, allowedPath: (path) => /^\/sotu-brown-[^/]+\/[\w.-]+$/.test(path) });
+  }
+  if (options.webRoot && existsSync(options.webRoot)) {
+    await fastify.register(fastifyStatic, { root: options.webRoot, prefix: '/', decorateReply: false });
+  }
   const validator = new HeldOutEvaluator(coordinator);
   const io = new Server(fastify.server, { maxHttpBufferSize: 128 * 1024, serveClient: false });
   attachRegistration(io, coordinator);

@@ -6,6 +6,7 @@
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { PresetName } from '@train-at-home/model';
+import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 
 const { values } = parseArgs({
@@ -22,6 +23,8 @@ const { values } = parseArgs({
 
 const app = await buildApp({
   logger: true,
+  webRoot: fileURLToPath(new URL('../../dist/web', import.meta.url)),
+  dataRoot: DATA_DIR,
   run: {
     name: values.run,
     preset: values.preset as PresetName,

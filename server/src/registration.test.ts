@@ -182,3 +182,23 @@ describe('coordinator: persistence', () => {
     expect(again.stage).toBe(0);
   });
 });
+
+describe('coordinator: static files', () => {
+  it('serves the built web app and the prepared shards by byte range, and nothing else from the data folder', async () => {
+    const { DATA_DIR, datasetName } = await import('@train-at-home/model/node');
+    const { mkdtempSync, writeFileSync } = await import('node:fs');
+    const webRoot = mkdtempSync(join(tmpdir(), 'tah-web-'));
+    dirs.push(webRoot);
+    writeFileSync(join(webRoot, 'index.html'), '<h1>Train at Home</h1>');
+    app = await buildApp({ run: { name: 'static', preset: 'tiny', stages: 3, bottleneck: 32 }, database: await testDatabase(), webRoot, dataRoot: DATA_DIR });
+    const page = await app.fastify.inject({ method: 'GET', url: '/' });
+    expect(page.statusCode).toBe(200);
+    expect(page.body).toContain('Train at Home');
+    const shard = `/data/${datasetName(320)}/train-000.bin`;
+    const range = await app.fastify.inject({ method: 'GET', url: shard, headers: { range: 'bytes=0-127' } });
+    expect(range.statusCode).toBe(206);
+    expect(range.rawPayload.length).toBe(128);
+    expect((await app.fastify.inject({ method: 'GET', url: '/data/../package.json' })).statusCode).toBe(404);
+    expect((await app.fastify.inject({ method: 'GET', url: '/data/coordinator/PG_VERSION' })).statusCode).toBe(404);
+  });
+});
