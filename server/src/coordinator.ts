@@ -47,6 +47,23 @@ export class Coordinator {
     return silent.map((r) => r.id);
   }
 
+  /**
+   * Transfers by how their two ends agree: confirmed (both reported the same
+   * bytes and hash), one-sided (one end only, so far), or disputed (the ends
+   * disagree: evidence for the validator).
+   */
+  async receiptSummary(): Promise<{ confirmed: number; oneSided: number; disputed: number }> {
+    const [row] = await this.db.query<{ confirmed: number; one_sided: number; disputed: number }>(
+      `SELECT count(*) FILTER (WHERE n = 2 AND variants = 1)::int AS confirmed,
+              count(*) FILTER (WHERE n = 1)::int AS one_sided,
+              count(*) FILTER (WHERE n = 2 AND variants = 2)::int AS disputed
+       FROM (SELECT count(*) AS n, count(DISTINCT (bytes, payload_hash)) AS variants
+             FROM receipts WHERE run_id = $1 GROUP BY activation_id, direction, from_miner, to_miner) t`,
+      [this.runId],
+    );
+    return { confirmed: row?.confirmed ?? 0, oneSided: row?.one_sided ?? 0, disputed: row?.disputed ?? 0 };
+  }
+
   async minerLeft(id: string): Promise<void> {
     await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active'`, [id]);
     await rebalanceStages(this);

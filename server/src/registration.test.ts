@@ -117,6 +117,29 @@ describe('coordinator: registration and stage assignment', () => {
     expect(await rejection(request(other, 'register', message))).toBe('OUT_OF_PHASE');
   });
 
+  it('records receipts from both ends; agreement confirms a transfer, disagreement is a dispute', async () => {
+    const a = await open();
+    const ra = await register(a, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 });
+    const b = await open();
+    const rb = await register(b, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 });
+    const receipt = (id: string, bytes: number) => ({
+      v: 1, epoch: 0, activationId: id, direction: 'activation', from: ra.minerId, to: rb.minerId, bytes, payloadHash: 'ab'.repeat(32),
+    });
+    await request(a, 'receipt', receipt('1'.repeat(32), 100));
+    expect(await app.coordinator.receiptSummary()).toEqual({ confirmed: 0, oneSided: 1, disputed: 0 });
+    await request(b, 'receipt', receipt('1'.repeat(32), 100));
+    await request(a, 'receipt', receipt('2'.repeat(32), 100));
+    await request(b, 'receipt', receipt('2'.repeat(32), 99)); // the receiver says it got less
+    expect(await app.coordinator.receiptSummary()).toEqual({ confirmed: 1, oneSided: 0, disputed: 1 });
+    // A miner speaks only for itself, once per transfer.
+    expect(await rejection(request(a, 'receipt', receipt('1'.repeat(32), 100)))).toBe('REPLAYED');
+    const c = await open();
+    await register(c, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 });
+    expect(await rejection(request(c, 'receipt', receipt('3'.repeat(32), 100)))).toBe('SCHEMA');
+    expect(await rejection(request(await open(), 'receipt', receipt('3'.repeat(32), 100)))).toBe('NOT_REGISTERED');
+    expect(await app.coordinator.receiptSummary()).toEqual({ confirmed: 1, oneSided: 0, disputed: 1 });
+  });
+
   it('disconnects a connection that keeps sending bad messages', async () => {
     const socket = await open();
     const disconnected = new Promise((resolve) => socket.once('disconnect', resolve));

@@ -45,5 +45,8 @@ describe('swarm of Node miner processes', () => {
     const recorded = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss;
     expect(recorded.length).toBeGreaterThanOrEqual(40);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
+    // Both ends confirmed each transfer: 40 losses mean at least 40 microbatches × 2 boundaries × 2 directions.
+    await expect.poll(async () => (await app.coordinator.receiptSummary()).confirmed, { timeout: 30_000 }).toBeGreaterThanOrEqual(160);
+    expect((await app.coordinator.receiptSummary()).disputed).toBe(0);
   });
 });

@@ -89,6 +89,11 @@ function checkHeader(h: FrameHeader): void {
   }
 }
 
+/** Hex SHA-256 of a message payload: what both ends of a transfer confirm. */
+export function payloadHashHex(payload: Uint8Array): string {
+  return hex(sha256(payload));
+}
+
 /** Cuts one message into chunks of at most maxChunkBytes (header included). */
 export function encodeFrames(header: FrameHeader, payload: Uint8Array, maxChunkBytes = MAX_CHUNK_BYTES): Uint8Array[] {
   checkHeader(header);

@@ -1,5 +1,5 @@
 import Peer from 'simple-peer';
-import { encodeFrames, FrameError, Reassembler, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
+import { encodeFrames, FrameError, payloadHashHex, Reassembler, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
 
 /** How signaling reaches another miner: the coordinator's relay, signed end to end. */
 export interface SignalTransport {
@@ -81,8 +81,8 @@ export class PeerMesh {
     return this.links.get(peerId)?.peer.connected === true;
   }
 
-  /** Sends one message as frames, pausing whenever the channel's buffer is full. */
-  async send(peerId: string, header: FrameHeader, payload: Uint8Array): Promise<void> {
+  /** Sends one message as frames, pausing whenever the channel's buffer is full; returns what the receiver will confirm. */
+  async send(peerId: string, header: FrameHeader, payload: Uint8Array): Promise<{ bytes: number; payloadHash: string }> {
     await this.connect(peerId);
     const link = this.links.get(peerId);
     if (!link) throw new MeshError(`connection to ${peerId} closed`);
@@ -97,6 +97,7 @@ export class PeerMesh {
       this.stats.bytesSent += chunk.length;
     }
     this.stats.messagesSent++;
+    return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
   }
 
   close(peerId?: string): void {

@@ -51,7 +51,7 @@ export class Miner {
   private running = false;
   private heartbeat?: ReturnType<typeof setInterval>;
   private connectedToCoordinator = true;
-  private readonly unsent: Array<{ v: number; epoch: number; activationId: string; pathway: string[]; loss: number }> = [];
+  private readonly unsent: Array<['loss' | 'receipt', object]> = [];
   /** Times this miner registered again after losing the coordinator. */
   rejoined = 0;
   registration?: Registration & { layout: RunLayout };
@@ -112,7 +112,8 @@ export class Miner {
       epoch: () => 0,
       ...layout.training,
       microbatchTimeoutMs: this.o.microbatchTimeoutMs,
-      onLoss: (r) => this.report({ v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
+      onLoss: (r) => this.report('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
+      onTransfer: (t) => this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t }),
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: (step) => {
         if (step % layout.training.checkpointEvery === 0) void this.upload(registration, step);
@@ -142,18 +143,19 @@ export class Miner {
       }
       this.o.log?.(`re-registered with the coordinator, stage ${again.stage}`);
       this.connectedToCoordinator = true;
-      for (const r of this.unsent.splice(0)) this.report(r);
+      for (const [event, payload] of this.unsent.splice(0)) this.report(event, payload);
     } catch (e) {
       this.o.log?.(`could not re-register: ${(e as Error).message}`);
     }
   }
 
-  private report(loss: { v: number; epoch: number; activationId: string; pathway: string[]; loss: number }): void {
+  /** Sends a loss report or receipt; while the coordinator is away they wait (bounded) and go on re-registration. */
+  private report(event: 'loss' | 'receipt', payload: object): void {
     if (!this.socket?.connected || !this.connectedToCoordinator) {
-      if (this.unsent.length < 10_000) this.unsent.push(loss);
+      if (this.unsent.length < 10_000) this.unsent.push([event, payload]);
       return;
     }
-    this.socket.emit('loss', loss);
+    this.socket.emit(event, payload);
   }
 
   /** A new stage map: neighbours that left are forgotten, with their in-flight work. */

@@ -32,6 +32,8 @@ export interface PipelineWorkerOptions {
   maxBatch?: number;
   /** The last stage's loss for each microbatch, with its pathway (miner ids, stage 0 first). */
   onLoss?: (report: { activationId: string; pathway: string[]; loss: number }) => void;
+  /** Every activation or gradient this miner sent or received: both ends confirm each transfer to the coordinator. */
+  onTransfer?: (t: Transfer) => void;
   /** After each inner optimizer step (a consistent moment to snapshot the weights). */
   onStep?: (step: number) => void;
   /** A message from a peer that failed its checks: dropped, and reported. */
@@ -46,6 +48,15 @@ interface Pending {
   to?: string;
   done?: { resolve: () => void; reject: (e: Error) => void };
   timer?: ReturnType<typeof setTimeout>;
+}
+
+export interface Transfer {
+  direction: 'activation' | 'gradient';
+  activationId: string;
+  from: string;
+  to: string;
+  bytes: number;
+  payloadHash: string;
 }
 
 export class PipelineError extends Error {
@@ -113,6 +124,16 @@ export class PipelineWorker {
     if (message.runId !== this.o.runId) throw new Error(`frame for run ${message.runId}`);
     if (message.kind === 'activation') await this.onActivation(from, message);
     else if (message.kind === 'gradient') await this.onGradient(from, message);
+    else return;
+    // Accepted: confirm the receipt (a refused message is never confirmed).
+    this.o.onTransfer?.({
+      direction: message.kind,
+      activationId: hex(message.activationId),
+      from,
+      to: this.o.selfId,
+      bytes: message.payload.length,
+      payloadHash: message.payloadHash,
+    });
   }
 
   private async onActivation(from: string, message: AssembledMessage): Promise<void> {
@@ -164,7 +185,8 @@ export class PipelineWorker {
     entry.to = to;
     this.outstanding.set(to, (this.outstanding.get(to) ?? 0) + 1);
     const payload = encodeMicrobatch({ batch: entry.input.batch, time: entry.input.time, pathway: [...pathway, this.o.selfId], targets, frame });
-    await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
+    const sent = await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
+    this.o.onTransfer?.({ direction: 'activation', activationId: hex(activationId), from: this.o.selfId, to, ...sent });
   }
 
   private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined): Promise<void> {
@@ -188,7 +210,8 @@ export class PipelineWorker {
     tf.dispose([entry.input.x, ...(entry.input.targets ? [entry.input.targets] : [])]);
     if (result.loss !== undefined && pathway) this.o.onLoss?.({ activationId: hex(activationId), pathway, loss: result.loss });
     if (gradFrame && entry.from) {
-      await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
+      const sent = await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
+      this.o.onTransfer?.({ direction: 'gradient', activationId: hex(activationId), from: this.o.selfId, to: entry.from, ...sent });
     }
     clearTimeout(entry.timer);
     entry.done?.resolve();

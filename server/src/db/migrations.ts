@@ -51,7 +51,8 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
         bytes integer NOT NULL,
         payload_hash text NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now(),
-        UNIQUE (run_id, activation_id, direction, reporter)
+        -- One transfer = one microbatch crossing one boundary one way; each end confirms it once.
+        UNIQUE (run_id, activation_id, direction, from_miner, to_miner, reporter)
       );
       CREATE TABLE metrics (
         run_id integer NOT NULL REFERENCES runs(id),

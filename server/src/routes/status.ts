@@ -14,6 +14,7 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = as
   const series = (name: string) =>
     coordinator.db.query(`SELECT epoch, value, created_at AS "createdAt" FROM metrics WHERE run_id = $1 AND name = $2 ORDER BY created_at`, [coordinator.runId, name]);
   app.get('/api/metrics', async () => ({ trainLoss: await series('train_loss'), heldOutLoss: await series('heldout_loss') }));
+  app.get('/api/receipts', async () => coordinator.receiptSummary());
   app.get('/api/checkpoints', async () => ({
     checkpoints: await coordinator.db.query(
       `SELECT stage, epoch, hash, bytes, created_at AS "createdAt" FROM checkpoints WHERE run_id = $1 ORDER BY epoch DESC, stage`,

@@ -43,7 +43,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       });
     };
     // Unknown events get the same named rejection as malformed ones.
-    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss']);
+    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt']);
     socket.onAny((event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
       const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
@@ -135,6 +135,21 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this microbatch was already reported');
       coordinator.emitLoss(msg.loss);
+      ack({ ok: true });
+    });
+
+    // One end's confirmation of a transfer. Work counts when both ends confirm the
+    // same bytes and hash (see Coordinator.receiptSummary); a miner only speaks for itself.
+    handle('receipt', async (msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      if (msg.from !== state.minerId && msg.to !== state.minerId) throw new ProtocolError('SCHEMA', 'a receipt must name its reporter as sender or receiver');
+      if (msg.from === msg.to) throw new ProtocolError('SCHEMA', 'a transfer has two ends');
+      const inserted = await coordinator.db.query(
+        `INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING 1`,
+        [coordinator.runId, msg.epoch, msg.activationId, msg.direction, msg.from, msg.to, state.minerId, msg.bytes, msg.payloadHash],
+      );
+      if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this transfer was already confirmed by this miner');
       ack({ ok: true });
     });
 
