@@ -104,6 +104,37 @@ describe('coordinator: registration and stage assignment', () => {
     expect(await minerRows()).toEqual([]);
   });
 
+  it('rejects bad input on every event by name and leaves every table as it was', async () => {
+    const good = await open();
+    const registered = await register(good, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 });
+    const snapshot = async (): Promise<string> =>
+      JSON.stringify(
+        await Promise.all(
+          ['runs', 'miners', 'epochs', 'checkpoints', 'receipts', 'metrics'].map((t) =>
+            app.db.query(`SELECT * FROM ${t} ORDER BY 1`).then((rows) => rows.map((r) => ({ ...r, last_seen_at: undefined }))),
+          ),
+        ),
+      );
+    const before = await snapshot();
+    const key = '0x' + '11'.repeat(32);
+    const bad: unknown[] = [undefined, null, 42, 'text', [], {}, { v: 1 }, { v: 2 }, { v: 1, extra: 'x'.repeat(70_000) }];
+    const events = ['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt'];
+    for (const event of events) {
+      for (const payload of bad) {
+        // A fresh connection each time: five rejections disconnect a connection.
+        const code = await rejection(request(await open(), event, payload));
+        expect(['SCHEMA', 'BAD_VERSION', 'TOO_LARGE'], `${event} ${JSON.stringify(payload)?.slice(0, 30)}`).toContain(code);
+      }
+    }
+    // Well-formed but out of phase or not this miner's to say.
+    expect(await rejection(request(good, 'loss', { v: 1, epoch: 0, activationId: 'a'.repeat(32), pathway: [registered.minerId, 'b', 'c'], loss: 1 }))).toBe(
+      registered.stage === 2 ? 'SCHEMA' : 'OUT_OF_PHASE',
+    );
+    expect(await rejection(request(good, 'register', { v: 1, publicKey: key, challenge: key, backend: 'wasm', tokensPerSec: 1, signature: '0x' + '22'.repeat(64) }))).toBe('OUT_OF_PHASE');
+    expect(await snapshot()).toBe(before);
+    expect(good.connected).toBe(true); // two rejections: still connected (five would not be)
+  });
+
   it('refuses a replayed challenge', async () => {
     const miner = generateIdentity();
     const socket = await open();
