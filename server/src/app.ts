@@ -53,7 +53,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     await fastify.register(fastifyStatic, { root: options.webRoot, prefix: '/', decorateReply: false });
   }
   const validator = new HeldOutEvaluator(coordinator);
-  const io = new Server(fastify.server, { maxHttpBufferSize: 128 * 1024, serveClient: false });
+  // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
+  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false });
   attachRegistration(io, coordinator);
   const silentMs = options.silentMs ?? 15_000;
   const sweep = setInterval(() => {

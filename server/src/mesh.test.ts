@@ -1,6 +1,6 @@
 import wrtc from '@roamhq/wrtc';
 import { generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
-import { CoordinatorError, PeerMesh, coordinatorSignals, register, request } from '@train-at-home/swarm';
+import { CoordinatorError, PeerMesh, coordinatorRelay, coordinatorSignals, register, request } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
@@ -11,14 +11,14 @@ let url: string;
 const sockets: Socket[] = [];
 const meshes: PeerMesh[] = [];
 
-async function miner(): Promise<{ id: string; socket: Socket; identity: Identity; mesh: PeerMesh }> {
+async function miner(relayOnly = false): Promise<{ id: string; socket: Socket; identity: Identity; mesh: PeerMesh }> {
   const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
   sockets.push(socket);
   await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
   const identity = generateIdentity();
   const { minerId } = await register(socket, identity, { backend: 'wasm', tokensPerSec: 100 });
   const signals = coordinatorSignals(socket, identity, (from, signed, signature) => verifySignature('signal', signed, signature, `0x${from}`));
-  const mesh = new PeerMesh({ selfId: minerId, signals, wrtc });
+  const mesh = new PeerMesh({ selfId: minerId, signals, wrtc, relay: coordinatorRelay(socket), relayOnly });
   meshes.push(mesh);
   return { id: minerId, socket, identity, mesh };
 }
@@ -90,6 +90,33 @@ describe('peer mesh over WebRTC, signaled through the coordinator', () => {
     const unregistered = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
     sockets.push(unregistered);
     expect(await code(request(unregistered, 'signal', { v: PROTOCOL_VERSION, ...ok, seq: 1, signature: c.identity.sign('signal', { ...ok, seq: 1 }) }))).toBe('NOT_REGISTERED');
+  });
+});
+
+describe('relay fallback', () => {
+  it('carries frames through the coordinator when peers cannot connect directly, counting every byte', async () => {
+    const a = await miner(true);
+    const b = await miner(true);
+    const before = app.coordinator.relayed.frameBytes;
+    const got = new Promise<Uint8Array>((resolve) => b.mesh.onMessage((_f, m) => resolve(m.payload)));
+    const payload = bytes(600_000, 7);
+    await a.mesh.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 1), pathway: [] }, payload);
+    expect(await got).toEqual(payload);
+    expect(app.coordinator.relayed.frameBytes - before).toBe(a.mesh.stats.bytesSent);
+    expect(a.mesh.isConnected(b.id)).toBe(false);
+  });
+
+  it('relays only well-formed chunks between registered miners', async () => {
+    const a = await miner(true);
+    const b = await miner(true);
+    const before = app.coordinator.relayed.frameBytes;
+    expect(await code(request(a.socket, 'frame', { v: PROTOCOL_VERSION, to: b.id, chunk: new Uint8Array(100) }))).toBe('SCHEMA');
+    expect(await code(request(a.socket, 'frame', { v: PROTOCOL_VERSION, to: b.id, chunk: 'not bytes' }))).toBe('SCHEMA');
+    expect(await code(request(a.socket, 'frame', { v: PROTOCOL_VERSION, to: 'f'.repeat(64), chunk: new Uint8Array(100) }))).toBe('SCHEMA');
+    const stranger = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
+    sockets.push(stranger);
+    expect(await code(request(stranger, 'frame', { v: PROTOCOL_VERSION, to: b.id, chunk: new Uint8Array(100) }))).toBe('NOT_REGISTERED');
+    expect(app.coordinator.relayed.frameBytes).toBe(before);
   });
 });
 

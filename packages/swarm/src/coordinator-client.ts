@@ -62,3 +62,18 @@ export function coordinatorSignals(socket: Socket, identity: Identity, verify: (
     },
   };
 }
+
+/** The coordinator's frame relay: chunks go up as binary 'frame' events and come down the same way. */
+export function coordinatorRelay(socket: Socket): { send: (to: string, chunk: Uint8Array) => void; onChunk: (handler: (from: string, chunk: Uint8Array) => void) => void } {
+  return {
+    send(to, chunk) {
+      socket.emit('frame', { v: PROTOCOL_VERSION, to, chunk });
+    },
+    onChunk(handler) {
+      socket.on('frame', (m: { from: string; chunk: ArrayBuffer | Uint8Array }) => {
+        const chunk = m.chunk instanceof Uint8Array ? m.chunk : new Uint8Array(m.chunk);
+        handler(m.from, chunk);
+      });
+    },
+  };
+}

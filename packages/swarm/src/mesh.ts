@@ -7,7 +7,17 @@ export interface SignalTransport {
   onSignal(handler: (from: string, kind: 'offer' | 'answer' | 'candidate', payload: string) => void): void;
 }
 
+/** Frames through the coordinator, for two peers that cannot connect directly. */
+export interface FrameRelay {
+  send(to: string, chunk: Uint8Array): void;
+  onChunk(handler: (from: string, chunk: Uint8Array) => void): void;
+}
+
 export interface MeshOptions {
+  /** Where frames go when no direct connection can be made (counted by the coordinator). */
+  relay?: FrameRelay;
+  /** Skip WebRTC and relay everything (networks that block it). */
+  relayOnly?: boolean;
   selfId: string;
   signals: SignalTransport;
   /** A WebRTC implementation for Node (@roamhq/wrtc); browsers use their own. */
@@ -59,7 +69,16 @@ export class PeerMesh {
 
   constructor(private readonly options: MeshOptions) {
     options.signals.onSignal((from, kind, payload) => this.onSignal(from, kind, payload));
+    options.relay?.onChunk((from, chunk) => {
+      let r = this.relayReassemblers.get(from);
+      if (!r) this.relayReassemblers.set(from, (r = new Reassembler()));
+      this.receiveChunk(from, r, chunk);
+    });
   }
+
+  /** Peers reached through the coordinator's relay, because a direct connection failed. */
+  readonly relayed = new Set<string>();
+  private readonly relayReassemblers = new Map<string, Reassembler>();
 
   onMessage(handler: (from: string, message: AssembledMessage) => void): void {
     this.handlers.push(handler);
@@ -83,7 +102,15 @@ export class PeerMesh {
 
   /** Sends one message as frames, pausing whenever the channel's buffer is full; returns what the receiver will confirm. */
   async send(peerId: string, header: FrameHeader, payload: Uint8Array): Promise<{ bytes: number; payloadHash: string }> {
-    await this.connect(peerId);
+    if (this.options.relay && (this.options.relayOnly || this.relayed.has(peerId))) return this.sendRelayed(peerId, header, payload);
+    try {
+      await this.connect(peerId);
+    } catch (e) {
+      if (!this.options.relay) throw e;
+      // No direct path: from now on this peer is reached through the coordinator.
+      this.relayed.add(peerId);
+      return this.sendRelayed(peerId, header, payload);
+    }
     const link = this.links.get(peerId);
     if (!link) throw new MeshError(`connection to ${peerId} closed`);
     const highWater = this.options.highWaterBytes ?? 4 * 1024 * 1024;
@@ -100,7 +127,17 @@ export class PeerMesh {
     return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
   }
 
+  private sendRelayed(peerId: string, header: FrameHeader, payload: Uint8Array): { bytes: number; payloadHash: string } {
+    for (const chunk of encodeFrames(header, payload)) {
+      this.options.relay!.send(peerId, chunk);
+      this.stats.bytesSent += chunk.length;
+    }
+    this.stats.messagesSent++;
+    return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
+  }
+
   close(peerId?: string): void {
+    if (peerId) this.relayed.delete(peerId);
     for (const [id, link] of [...this.links]) {
       if (peerId && id !== peerId) continue;
       this.dropLink(id, link, new MeshError(`connection to ${id} closed`));
@@ -164,9 +201,13 @@ export class PeerMesh {
   }
 
   private onData(peerId: string, link: Link, bytes: Uint8Array): void {
+    this.receiveChunk(peerId, link.reassembler, bytes);
+  }
+
+  private receiveChunk(peerId: string, reassembler: Reassembler, bytes: Uint8Array): void {
     this.stats.bytesReceived += bytes.length;
     try {
-      const message = link.reassembler.push(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+      const message = reassembler.push(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength));
       if (!message) return;
       this.stats.messagesReceived++;
       for (const h of this.handlers) h(peerId, message);

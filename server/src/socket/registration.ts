@@ -1,4 +1,4 @@
-import { ProtocolError, newChallenge, parseClientMessage, verifySignature, type ClientEvent } from '@train-at-home/protocol';
+import { FrameError, PROTOCOL_VERSION, ProtocolError, decodeChunk, newChallenge, parseClientMessage, verifySignature, type ClientEvent } from '@train-at-home/protocol';
 import { encodeAddress } from '@polkadot/util-crypto';
 import type { Server, Socket } from 'socket.io';
 import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
@@ -43,7 +43,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       });
     };
     // Unknown events get the same named rejection as malformed ones.
-    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt']);
+    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame']);
     socket.onAny((event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
       const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
@@ -151,6 +151,32 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this transfer was already confirmed by this miner');
       ack({ ok: true });
+    });
+
+    // Relay fallback: a chunk for a peer this miner cannot reach directly. Only
+    // registered miners may use it, only well-formed chunks are carried, and
+    // every byte is counted.
+    socket.on('frame', (data: unknown, maybeAck?: unknown) => {
+      const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event: 'frame', ...reply });
+      const refuse = (code: string, message: string): void => {
+        ack({ ok: false, error: { code, message } });
+        if (++state.rejections > MAX_REJECTIONS) socket.disconnect(true);
+      };
+      if (!state.minerId) return refuse('NOT_REGISTERED', 'register first');
+      const m = data as { v?: unknown; to?: unknown; chunk?: unknown };
+      if (typeof m !== 'object' || m === null || m.v !== PROTOCOL_VERSION || typeof m.to !== 'string' || !(m.chunk instanceof Uint8Array)) {
+        return refuse('SCHEMA', 'a frame is { v, to, chunk: bytes }');
+      }
+      try {
+        decodeChunk(m.chunk);
+      } catch (e) {
+        return refuse('SCHEMA', e instanceof FrameError ? e.message : 'not a frame');
+      }
+      const target = coordinator.sockets.get(m.to);
+      if (!target || m.to === state.minerId) return refuse('UNKNOWN_PEER', 'no registered miner with that id is connected');
+      coordinator.relayed.frameBytes += m.chunk.length;
+      target.emit('frame', { from: state.minerId, chunk: m.chunk });
+      if (typeof maybeAck === 'function') ack({ ok: true });
     });
 
     socket.on('disconnect', async () => {
