@@ -44,7 +44,10 @@ describe('coordinator restart', () => {
       started.forEach((m) => console.log(m.output));
       throw e;
     });
-    started.forEach((m, i) => expect(m.output).toMatch(new RegExp(`re-registered with the coordinator, stage ${stagesBefore[i]}`)));
+    // The coordinator counts a miner before the miner has read its answer and said so: poll.
+    for (const [i, m] of started.entries()) {
+      await expect.poll(() => m.output, { timeout: 10_000 }).toMatch(new RegExp(`re-registered with the coordinator, stage ${stagesBefore[i]}`));
+    }
     await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(committed + 15);
 
     const { values, reports, microbatches } = await lossReports(app);

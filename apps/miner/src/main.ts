@@ -18,7 +18,7 @@ const { values } = parseArgs({
     count: { type: 'string', default: '1' },
     microbatches: { type: 'string' },
     'in-flight': { type: 'string', default: '2' },
-    'microbatch-timeout': { type: 'string', default: '60000' },
+    'microbatch-timeout': { type: 'string', default: '30000' },
     'data-seed': { type: 'string' },
   },
 });
@@ -59,8 +59,22 @@ if (count > 1) {
     },
     log: (line) => console.log(`[miner ${identity.address.slice(0, 6)}] ${line}`),
   });
+  const startedAt = performance.now();
   await miner.start();
   const stop = (): void => {
+    // One JSON line for operators and benchmarks: how this miner spent its time.
+    const stats = miner.stats;
+    console.log(
+      JSON.stringify({
+        minerStats: {
+          stage: miner.registration?.stage,
+          microbatches: stats?.microbatches ?? 0,
+          computeMs: Math.round(stats?.computeMs ?? 0),
+          wallMs: Math.round(performance.now() - startedAt),
+          resubmitted: miner.resubmitted,
+        },
+      }),
+    );
     miner.stop();
     process.exit(0);
   };

@@ -20,6 +20,8 @@ export interface MinerOptions {
   wrtc?: object;
   /** How often to tell the coordinator this miner is alive. */
   heartbeatMs?: number;
+  /** A neighbour absent from the stage map this long is taken to have left. */
+  departureGraceMs?: number;
   /** Stage 0 gives up on (and re-sends the data of) a microbatch not back in this time. */
   microbatchTimeoutMs?: number;
   /** Microbatches stage 0 keeps in the pipeline at once. */
@@ -50,6 +52,7 @@ export class Miner {
   private stageMap: string[][] = [];
   private running = false;
   private heartbeat?: ReturnType<typeof setInterval>;
+  private reconnectTimer?: ReturnType<typeof setTimeout>;
   private connectedToCoordinator = true;
   private readonly unsent: Array<['loss' | 'receipt', object]> = [];
   /** Times this miner registered again after losing the coordinator. */
@@ -78,11 +81,18 @@ export class Miner {
       socket.once('connect_error', reject);
     });
     socket.on('stages', (m: { stages: string[][] }) => this.onStageMap(m.stages));
-    socket.on('disconnect', (reason) => {
+    socket.on('disconnect', () => {
       this.connectedToCoordinator = false;
-      // socket.io does not reconnect after the server closed the connection itself
-      // (a coordinator shutting down, or dropping this miner): do it here.
-      if (reason === 'io server disconnect' && this.running) setTimeout(() => this.running && socket.connect(), 1000);
+      // Keep knocking until the coordinator is back. socket.io's own reconnection
+      // stops for good once the server has closed the connection itself (as a
+      // coordinator shutting down does), so it cannot be relied on here.
+      const retry = (): void => {
+        if (!this.running || socket.connected) return;
+        socket.connect();
+        this.reconnectTimer = setTimeout(retry, 1000);
+      };
+      clearTimeout(this.reconnectTimer);
+      this.reconnectTimer = setTimeout(retry, 500);
     });
     const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
     this.registration = registration;
@@ -158,16 +168,24 @@ export class Miner {
     this.socket.emit(event, payload);
   }
 
-  /** A new stage map: neighbours that left are forgotten, with their in-flight work. */
+  /**
+   * A new stage map. A neighbour missing from it for departureGraceMs is
+   * forgotten, with its in-flight work. The grace matters while a restarted
+   * coordinator rebuilds the map miner by miner: the peers themselves, still
+   * connected directly, have not gone anywhere.
+   */
   private onStageMap(stages: string[][]): void {
     const before = new Set(this.stageMap.flat());
     this.stageMap = stages;
     const now = new Set(stages.flat());
     for (const id of before) {
       if (now.has(id)) continue;
-      const dropped = this.worker?.forgetPeer(id) ?? 0;
-      this.mesh?.close(id);
-      if (dropped > 0) this.o.log?.(`miner ${id.slice(0, 8)}… left; ${dropped} microbatch(es) in flight dropped`);
+      setTimeout(() => {
+        if (!this.running || this.stageMap.flat().includes(id)) return;
+        const dropped = this.worker?.forgetPeer(id) ?? 0;
+        this.mesh?.close(id);
+        if (dropped > 0) this.o.log?.(`miner ${id.slice(0, 8)}… left; ${dropped} microbatch(es) in flight dropped`);
+      }, this.o.departureGraceMs ?? 5000);
     }
   }
 
@@ -218,6 +236,7 @@ export class Miner {
   stop(): void {
     this.running = false;
     clearInterval(this.heartbeat);
+    clearTimeout(this.reconnectTimer);
     this.worker?.dispose();
     this.mesh?.close();
     this.model?.dispose();

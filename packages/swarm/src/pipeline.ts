@@ -111,8 +111,8 @@ export class PipelineWorker {
           const key = hex(activationId);
           this.pending.set(key, entry);
           entry.timer = setTimeout(
-            () => this.abandon(key, new PipelineError('MICROBATCH_TIMEOUT', `no gradient within ${this.o.microbatchTimeoutMs ?? 60_000} ms`)),
-            this.o.microbatchTimeoutMs ?? 60_000,
+            () => this.abandon(key, new PipelineError('MICROBATCH_TIMEOUT', `no gradient within ${this.o.microbatchTimeoutMs ?? 30_000} ms`)),
+            this.o.microbatchTimeoutMs ?? 30_000,
           );
           await this.forwardAndSend(activationId, entry, batch.targets, []);
         })
