@@ -28,7 +28,7 @@ describe('coordinator restart', () => {
     const port = (app.fastify.server.address() as { port: number }).port;
     const runId = app.coordinator.runId;
     const started = [await miners.start(port), await miners.start(port), await miners.start(port)];
-    await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(15);
+    await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(20);
     const stagesBefore = started.map((m) => /stage (\d) of 3/.exec(m.output)![1]);
 
     await app.close();
@@ -37,7 +37,7 @@ describe('coordinator restart', () => {
       await app.fastify.listen({ port, host: '127.0.0.1' });
       return lossReports(app);
     })()).reports;
-    expect(committed).toBeGreaterThanOrEqual(15); // nothing committed was lost
+    expect(committed).toBeGreaterThanOrEqual(20); // nothing committed was lost
     expect(app.coordinator.runId).toBe(runId);
 
     await expect.poll(() => miners.activeMiners(), { timeout: 30_000, interval: 200 }).toBe(3).catch((e: unknown) => {
@@ -48,10 +48,12 @@ describe('coordinator restart', () => {
     for (const [i, m] of started.entries()) {
       await expect.poll(() => m.output, { timeout: 10_000 }).toMatch(new RegExp(`re-registered with the coordinator, stage ${stagesBefore[i]}`));
     }
-    await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(committed + 15);
+    // Enough steps after the restart (past the 20-step warm-up) for learning to show.
+    await expect.poll(async () => (await lossReports(app)).reports, { timeout: 180_000, interval: 500 }).toBeGreaterThanOrEqual(committed + 30);
 
     const { values, reports, microbatches } = await lossReports(app);
     expect(reports).toBe(microbatches);
+    console.log(`restart: ${reports} losses, first 10 mean ${mean(values.slice(0, 10)).toFixed(3)}, last 10 mean ${mean(values.slice(-10)).toFixed(3)}`);
     expect(mean(values.slice(-10))).toBeLessThan(mean(values.slice(0, 10)) - 0.5);
   });
 });
