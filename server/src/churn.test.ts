@@ -34,10 +34,12 @@ describe('churn', () => {
     const newcomer = await miners.start(port, timeout);
     await expect.poll(() => newcomer.output, { timeout: 30_000 }).toMatch(/stage 1 of 3/);
     await expect.poll(() => newcomer.output, { timeout: 30_000 }).toMatch(/loaded stage 1's latest checkpoint/);
-    await expect.poll(async () => (await lossReports(app)).reports, { timeout: 180_000, interval: 500 }).toBeGreaterThanOrEqual(atChurn + 20);
+    // Enough steps after the churn that "still falling" is not a comparison of noise (10-sample means of single microbatches).
+    await expect.poll(async () => (await lossReports(app)).reports, { timeout: 180_000, interval: 500 }).toBeGreaterThanOrEqual(atChurn + 40);
 
     const { values, reports, microbatches } = await lossReports(app);
     expect(reports).toBe(microbatches);
+    console.log(`churn: ${reports} losses; before the kill ${mean(values.slice(atChurn - 10, atChurn)).toFixed(3)}, last 10 ${mean(values.slice(-10)).toFixed(3)}`);
     expect(mean(values.slice(-10))).toBeLessThan(mean(values.slice(0, 10)) - 0.5);
     expect(mean(values.slice(-10))).toBeLessThan(mean(values.slice(atChurn - 10, atChurn)));
     expect(app.coordinator.relayed.frameBytes).toBe(0);
