@@ -3,3 +3,4 @@ export * from './mesh';
 export * from './microbatch';
 export * from './pipeline';
 export * from './miner';
+export * from './allreduce';

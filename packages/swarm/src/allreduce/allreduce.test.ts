@@ -1,0 +1,321 @@
+import { describe, expect, it } from 'vitest';
+import { AllReduceError, MSG, decodeMessage, encodeMessage, type RoundResult, type RoundSpec } from './butterfly';
+import { MemoryNetwork } from './memory';
+import { OuterOptimizer } from './outer';
+import { partitionMap } from './partition';
+import { decodeValues, encodeValues, encodedBytes } from './values';
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function vectors(ids: string[], length: number, seed = 1): Map<string, Float32Array> {
+  const r = rng(seed);
+  return new Map(ids.map((id) => [id, Float32Array.from({ length }, () => (r() - 0.5) * 0.02)]));
+}
+
+const ids = (n: number): string[] => Array.from({ length: n }, (_, i) => `peer-${i}`);
+const FAST = { senderMs: 300, reducerMs: 200, roundMs: 2_000 };
+
+function spec(peers: string[], extra: Partial<RoundSpec> = {}): RoundSpec {
+  return {
+    round: 1,
+    seed: 42,
+    participants: peers,
+    weights: Object.fromEntries(peers.map((id, i) => [id, i + 1])),
+    precision: 'fp32',
+    reduction: { kind: 'mean' },
+    timeouts: FAST,
+    ...extra,
+  };
+}
+
+/** The weighted mean of the named peers' vectors over [start, end), in float64. */
+function meanOf(local: Map<string, Float32Array>, weights: Record<string, number>, names: string[], start: number, end: number): Float64Array {
+  const total = names.reduce((s, id) => s + weights[id]!, 0);
+  const out = new Float64Array(end - start);
+  for (const id of names) for (let i = start; i < end; i++) out[i - start]! += (weights[id]! / total) * local.get(id)![i]!;
+  return out;
+}
+
+const maxDiff = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
+  return m;
+};
+
+async function runAll(net: MemoryNetwork, peers: string[], s: RoundSpec, local: Map<string, Float32Array>): Promise<Map<string, RoundResult>> {
+  const results = await Promise.all(peers.map(async (id) => [id, await net.node(id).run(s, local.get(id)!)] as const));
+  return new Map(results);
+}
+
+describe('partition map', () => {
+  it('is the same on every peer for a seed, covers every parameter exactly twice, and follows bandwidth', () => {
+    for (const n of [2, 3, 4, 8, 16]) {
+      const peers = ids(n);
+      const length = 10_007;
+      const map = partitionMap({ peers, length, seed: 7 });
+      // Same map whatever order a peer lists the others in.
+      expect(partitionMap({ peers: [...peers].reverse(), length, seed: 7 })).toEqual(map);
+      expect(map).toHaveLength(n);
+      const owners = new Uint8Array(length);
+      let next = 0;
+      for (const p of map) {
+        expect(p.start).toBe(next);
+        next = p.end;
+        expect(p.owners[0]).not.toBe(p.owners[1]);
+        for (let i = p.start; i < p.end; i++) owners[i]! += 2;
+        if (n >= 3) expect(p.owners).not.toContain(p.auditor);
+      }
+      expect(next).toBe(length);
+      expect(owners.every((c) => c === 2)).toBe(true);
+      // Every peer owns exactly two partitions.
+      for (const id of peers) expect(map.filter((p) => p.owners.includes(id))).toHaveLength(2);
+    }
+    // Another seed, another map.
+    expect(partitionMap({ peers: ids(8), length: 1000, seed: 8 })).not.toEqual(partitionMap({ peers: ids(8), length: 1000, seed: 7 }));
+    // A fast pair of owners gets a bigger partition.
+    const bw = Object.fromEntries(ids(4).map((id, i) => [id, i === 0 ? 10 : 1]));
+    const sized = partitionMap({ peers: ids(4), length: 1000, seed: 3, bandwidth: bw });
+    const withFast = sized.filter((p) => p.owners.includes('peer-0'));
+    const without = sized.filter((p) => !p.owners.includes('peer-0'));
+    expect(Math.min(...withFast.map((p) => p.end - p.start))).toBeGreaterThan(Math.max(...without.map((p) => p.end - p.start)));
+  });
+
+  it('refuses a round of one, and duplicates', () => {
+    expect(() => partitionMap({ peers: ['a'], length: 10, seed: 1 })).toThrow(/TOO_FEW_PEERS/);
+    expect(() => partitionMap({ peers: ['a', 'a'], length: 10, seed: 1 })).toThrow(/DUPLICATE_PEER/);
+  });
+});
+
+describe('partition values on the wire', () => {
+  it('fp32 is exact; fp16 and int8 are within their stated error, deterministic, and their stated size', () => {
+    const v = vectors(['x'], 5_000).get('x')!;
+    expect(decodeValues(encodeValues(v, 'fp32'), v.length, 'fp32')).toEqual(v);
+    for (const [precision, bound] of [
+      ['fp16', 2 ** -11],
+      ['int8', 0.5 / 127],
+    ] as const) {
+      const bytes = encodeValues(v, precision);
+      expect(bytes.length).toBe(encodedBytes(v.length, precision));
+      expect(encodeValues(v, precision)).toEqual(bytes);
+      const back = decodeValues(bytes, v.length, precision);
+      // Relative to each block's largest magnitude.
+      for (let b = 0; b < v.length; b += 256) {
+        const block = v.subarray(b, b + 256);
+        const max = Math.max(...Array.from(block, Math.abs));
+        expect(maxDiff(block, back.subarray(b, b + 256))).toBeLessThanOrEqual(bound * max * 1.0001);
+      }
+    }
+    expect(() => decodeValues(new Uint8Array(7), 2, 'fp32')).toThrow(/BAD_LENGTH/);
+    expect(() => encodeValues(Float32Array.of(1, NaN), 'int8')).toThrow(/NOT_FINITE/);
+  });
+});
+
+describe('butterfly all-reduce', () => {
+  it('8 peers end with identical vectors equal to the work-weighted mean; reassembly is exact', async () => {
+    const peers = ids(8);
+    const local = vectors(peers, 4_099);
+    const net = new MemoryNetwork();
+    const s = spec(peers);
+    const results = await runAll(net, peers, s, local);
+    const expected = meanOf(local, s.weights, peers, 0, 4_099);
+    for (const r of results.values()) {
+      expect(maxDiff(r.values, expected)).toBeLessThan(1e-7);
+      expect(r.values).toEqual(results.get('peer-0')!.values);
+      expect(r.sources.agreed).toBe(8);
+      expect(r.contributors).toEqual(peers);
+      expect(r.evidence).toEqual([]);
+    }
+    expect(net.rejections).toEqual([]);
+  });
+
+  it('int8 and fp16 rounds agree on every peer, within quantization error of the mean', async () => {
+    const peers = ids(4);
+    const local = vectors(peers, 2_000, 5);
+    for (const precision of ['fp16', 'int8'] as const) {
+      const net = new MemoryNetwork();
+      const s = spec(peers, { precision });
+      const results = await runAll(net, peers, s, local);
+      const expected = meanOf(local, s.weights, peers, 0, 2_000);
+      const first = results.get('peer-0')!.values;
+      for (const r of results.values()) expect(r.values).toEqual(first);
+      expect(maxDiff(first, expected)).toBeLessThan(precision === 'int8' ? 2 * 0.01 / 127 + 1e-6 : 1e-5);
+    }
+  });
+
+  it('CenteredClip reports the clipped contribution and stays near the honest mean', async () => {
+    const peers = ids(5);
+    const local = vectors(peers, 1_000, 9);
+    const outlier = local.get('peer-4')!;
+    for (let i = 0; i < outlier.length; i++) outlier[i] = 5;
+    const net = new MemoryNetwork();
+    const s = spec(peers, { weights: Object.fromEntries(peers.map((id) => [id, 1])), reduction: { kind: 'centered-clip', radius: 0.5 } });
+    const results = await runAll(net, peers, s, local);
+    const honest = meanOf(local, s.weights, peers.slice(0, 4), 0, 1_000);
+    const clipped = [...results.values()].reduce((n, r) => n + r.clipped, 0);
+    // Each of the 5 partitions is reduced by 2 owners, each of which clips the outlier.
+    expect(clipped).toBe(10);
+    for (const r of results.values()) {
+      expect(r.values).toEqual(results.get('peer-0')!.values);
+      expect(maxDiff(r.values, honest)).toBeLessThan(0.02);
+    }
+  });
+
+  it('a round with too few peers fails with a typed error', async () => {
+    const net = new MemoryNetwork();
+    await expect(net.node('a').run(spec(['a']), new Float32Array(10))).rejects.toThrow(AllReduceError);
+    await expect(net.node('b').run(spec(['a', 'c']), new Float32Array(10))).rejects.toThrow(/NOT_A_PARTICIPANT/);
+    // The other peer never comes: only this peer's own contribution reaches the owners.
+    await expect(net.node('c').run(spec(['c', 'd']), new Float32Array(10))).rejects.toThrow(/TOO_FEW_PEERS/);
+  });
+
+  for (const [when, victims] of [
+    ['before sending', 1],
+    ['before sending', 3],
+    ['mid-send', 2],
+    ['mid-reduce', 1],
+    ['mid-reduce', 3],
+  ] as const) {
+    it(`8 replicas, ${victims} killed ${when}: the round completes, nothing is lost or NaN, survivors agree`, async () => {
+      const peers = ids(8);
+      const length = 3_001;
+      const local = vectors(peers, length, victims * 13);
+      const net = new MemoryNetwork();
+      const s = spec(peers);
+      const map = partitionMap({ peers, length, seed: s.seed });
+      const dead = peers.slice(2, 2 + victims);
+      const sentContribs = new Map<string, number>();
+      // Which partitions' contributions each victim delivered before dying (mid-send).
+      net.intercept = (from, to, bytes) => {
+        if (!dead.includes(from)) return bytes;
+        const m = decodeMessage(bytes);
+        if (when === 'mid-send' && m.type === MSG.contribution) {
+          const n = (sentContribs.get(from) ?? 0) + 1;
+          sentContribs.set(from, n);
+          if (n > 5) {
+            net.kill(from);
+            return null;
+          }
+        }
+        if (when === 'mid-reduce' && m.type === MSG.result) {
+          net.kill(from);
+          return null;
+        }
+        return bytes;
+      };
+      if (when === 'before sending') dead.forEach((d) => net.kill(d));
+      const survivors = peers.filter((p) => !dead.includes(p));
+      const running = peers.filter((p) => when !== 'before sending' || survivors.includes(p));
+      const all = await Promise.all(running.map(async (id) => [id, await net.node(id).run(s, local.get(id)!).catch((e: Error) => e)] as const));
+      const results = new Map(all.filter(([id]) => survivors.includes(id)) as Array<[string, RoundResult]>);
+      expect(results.size).toBe(survivors.length);
+      for (const r of results.values()) {
+        expect(r).not.toBeInstanceOf(Error);
+        expect(r.values.every(Number.isFinite)).toBe(true);
+      }
+      for (const p of map) {
+        const liveOwners = p.owners.filter((o) => survivors.includes(o));
+        const reducerFailed = liveOwners.length < 2;
+        const slices = [...results.values()].map((r) => r.values.subarray(p.start, p.end));
+        if (liveOwners.length === 0) {
+          // Both owners died: every peer keeps its own local value.
+          for (const [id, r] of results) expect(r.values.subarray(p.start, p.end)).toEqual(local.get(id)!.subarray(p.start, p.end));
+          continue;
+        }
+        for (const slice of slices) expect(slice).toEqual(slices[0]);
+        if (reducerFailed) continue;
+        // Both owners alive: the mean over the contributors they named, which are the survivors
+        // (plus, mid-send, a victim whose slice reached both owners before it died).
+        const contributorsHere = survivors.concat(
+          when === 'before sending' ? [] : dead.filter((d) => when === 'mid-reduce' || p.owners.every((o) => receivedFrom(o, d, p.index))),
+        );
+        expect(maxDiff(slices[0]!, meanOf(local, s.weights, contributorsHere, p.start, p.end))).toBeLessThan(1e-5);
+      }
+
+      function receivedFrom(owner: string, victim: string, partition: number): boolean {
+        // The victim sent contributions in partition order, to owners[0] then owners[1]; it got 5 out.
+        const order = map.flatMap((q) => q.owners.filter((o) => o !== victim).map((o) => [q.index, o] as const));
+        return order.slice(0, 5).some(([q, o]) => q === partition && o === owner);
+      }
+    });
+  }
+
+  for (const lie of ['scaled', 'noisy'] as const) {
+    it(`a lying owner (${lie}) is caught by every receiver, the true value is used, and the liar is named`, async () => {
+      const peers = ids(6);
+      const length = 1_200;
+      const local = vectors(peers, length, 77);
+      const net = new MemoryNetwork();
+      const s = spec(peers);
+      const map = partitionMap({ peers, length, seed: s.seed });
+      const liar = 'peer-3';
+      const r = rng(3);
+      net.intercept = (from, _to, bytes) => {
+        if (from !== liar) return bytes;
+        const m = decodeMessage(bytes);
+        if (m.type !== MSG.result) return bytes;
+        const p = map[m.partition]!;
+        const v = decodeValues(m.values, p.end - p.start, 'fp32');
+        for (let i = 0; i < v.length; i++) v[i] = lie === 'scaled' ? v[i]! * 1.5 : v[i]! + (r() - 0.5) * 1e-3;
+        return encodeMessage({ ...m, values: encodeValues(v, 'fp32') });
+      };
+      const results = await runAll(net, peers, s, local);
+      const expected = meanOf(local, s.weights, peers, 0, length);
+      const liarsPartitions = map.filter((p) => p.owners.includes(liar)).map((p) => p.index);
+      for (const [id, res] of results) {
+        expect(maxDiff(res.values, expected)).toBeLessThan(1e-7);
+        if (id === liar) continue;
+        expect(res.evidence.map((e) => e.partition).sort()).toEqual([...liarsPartitions].sort());
+        for (const e of res.evidence) {
+          expect(e.liar).toBe(liar);
+          expect(e.hashes[0]).not.toBe(e.hashes[1]);
+        }
+      }
+    });
+  }
+
+  it('refuses malformed, foreign and misdirected messages by name, and the round is unharmed', async () => {
+    const peers = ids(3);
+    const local = vectors(peers, 300);
+    const net = new MemoryNetwork();
+    const s = spec(peers);
+    const map = partitionMap({ peers, length: 300, seed: s.seed });
+    const running = runAll(net, peers, s, local);
+    const victim = net.node('peer-0');
+    const notOwned = map.find((p) => !p.owners.includes('peer-0'))!;
+    victim.deliver('peer-1', new Uint8Array(5));
+    victim.deliver('stranger', encodeMessage({ type: MSG.contribution, precision: 'fp32', partition: 0, round: 1, weight: 1, indices: [], verdict: 0, values: new Uint8Array(4 * (map[0]!.end - map[0]!.start)) }));
+    victim.deliver('peer-1', encodeMessage({ type: MSG.contribution, precision: 'fp32', partition: notOwned.index, round: 1, weight: 1, indices: [], verdict: 0, values: new Uint8Array(4) }));
+    victim.deliver('peer-1', encodeMessage({ type: MSG.contribution, precision: 'fp32', partition: 9, round: 1, weight: 1, indices: [], verdict: 0, values: new Uint8Array(0) }));
+    const results = await running;
+    const expected = meanOf(local, s.weights, peers, 0, 300);
+    for (const r of results.values()) expect(maxDiff(r.values, expected)).toBeLessThan(1e-7);
+    expect(net.rejections.map((r) => r.code).sort()).toEqual(['BAD_PARTITION', 'MALFORMED', 'NOT_OWNER', 'NOT_PARTICIPANT']);
+  });
+});
+
+describe('outer step', () => {
+  it('replicas applying the same averaged pseudo-gradient to the same anchor end identical; Nesterov as specified', () => {
+    const anchor = Float32Array.of(1, 2, 3);
+    const a = new OuterOptimizer(Float32Array.from(anchor));
+    const b = new OuterOptimizer(Float32Array.from(anchor));
+    expect(a.stateId()).toBe(b.stateId());
+    const delta = a.pseudoGradient(Float32Array.of(0.9, 2.1, 3));
+    expect(Array.from(delta).map((x) => +x.toFixed(5))).toEqual([0.1, -0.1, 0]);
+    const next = a.step(delta, { lr: 0.7, momentum: 0.9 });
+    // m = Δ; θ = anchor − 0.7(Δ + 0.9Δ)
+    expect(next[0]).toBeCloseTo(1 - 0.7 * 1.9 * 0.1, 6);
+    expect(b.step(delta, { lr: 0.7, momentum: 0.9 })).toEqual(next);
+    expect(a.stateId()).toBe(b.stateId());
+    b.reset(next);
+    expect(b.stateId()).not.toBe(a.stateId()); // momentum differs
+  });
+});

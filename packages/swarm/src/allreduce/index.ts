@@ -1,0 +1,6 @@
+export * from './partition';
+export * from './values';
+export * from './reduce';
+export * from './butterfly';
+export * from './outer';
+export * from './memory';
