@@ -55,7 +55,7 @@ local.dispose();
 console.log(`single process: ${localSteps} steps, ${localTokensPerCpuSecond.toFixed(0)} tokens per CPU-second`);
 
 // 2. The swarm: a coordinator here, six miner processes.
-const app = await buildApp({ run: { name: 'bench', preset: 'tiny', ...layout, training: { batchSize, peakLr: 0.006, warmupSteps: 10, totalSteps: 100_000, checkpointEvery: 1_000_000 } } });
+const app = await buildApp({ run: { name: 'bench', preset: 'tiny', ...layout, training: { batchSize, peakLr: 0.006, warmupSteps: 10, totalSteps: 100_000 } } });
 await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 const port = (app.fastify.server.address() as { port: number }).port;
 const cli = fileURLToPath(new URL('../apps/miner/src/main.ts', import.meta.url));

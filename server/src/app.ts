@@ -59,6 +59,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const silentMs = options.silentMs ?? 15_000;
   const sweep = setInterval(() => {
     coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
+    coordinator.phases.tick().catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
   }, Math.min(1000, silentMs / 2));
   sweep.unref();
   return {

@@ -11,7 +11,7 @@ beforeAll(async () => {
   app = await buildApp({
     database: await testDatabase(),
     silentMs: 5000,
-    run: { name: 'churn', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 16, peakLr: 0.006, warmupSteps: 10, totalSteps: 300, checkpointEvery: 5 } },
+    run: { name: 'churn', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 16, peakLr: 0.006, warmupSteps: 10, totalSteps: 300 }, merge: { every: 5 } },
   });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });
   port = (app.fastify.server.address() as { port: number }).port;

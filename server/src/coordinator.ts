@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Socket } from 'socket.io';
 import type { Database } from './db/database';
-import type { RunConfig } from './run-config';
+import { PhaseMachine } from './phases';
+import { DEFAULT_MERGE, type RunConfig } from './run-config';
 import { rebalanceStages } from './socket/registration';
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
@@ -9,13 +10,16 @@ export class Coordinator {
   readonly sockets = new Map<string, Socket>();
   /** Bytes the coordinator carried for miners: signaling, and frames where no direct path exists. */
   readonly relayed = { signalBytes: 0, frameBytes: 0 };
+  readonly phases: PhaseMachine;
 
   constructor(
     readonly db: Database,
     readonly run: RunConfig,
     readonly runId: number,
     readonly log: FastifyBaseLogger,
-  ) {}
+  ) {
+    this.phases = new PhaseMachine(this);
+  }
 
   /** Loads the run by name, creating it on first start; a restart resumes the same run. */
   static async open(db: Database, run: RunConfig, log: FastifyBaseLogger): Promise<Coordinator> {
@@ -25,8 +29,11 @@ export class Coordinator {
     );
     const stored = rows[0]!;
     const config = typeof stored.config === 'string' ? (JSON.parse(stored.config) as RunConfig) : stored.config;
+    config.merge = { ...DEFAULT_MERGE, ...config.merge }; // runs stored before merges existed
     // A run's layout never changes under its miners: the stored one wins.
-    return new Coordinator(db, config, stored.id, log);
+    const coordinator = new Coordinator(db, config, stored.id, log);
+    await coordinator.phases.load();
+    return coordinator;
   }
 
   /**

@@ -110,7 +110,7 @@ describe('coordinator: registration and stage assignment', () => {
     const snapshot = async (): Promise<string> =>
       JSON.stringify(
         await Promise.all(
-          ['runs', 'miners', 'epochs', 'checkpoints', 'receipts', 'metrics'].map((t) =>
+          ['runs', 'miners', 'epochs', 'checkpoints', 'receipts', 'metrics', 'merge_events'].map((t) =>
             app.db.query(`SELECT * FROM ${t} ORDER BY 1`).then((rows) => rows.map((r) => ({ ...r, last_seen_at: undefined }))),
           ),
         ),
@@ -118,7 +118,7 @@ describe('coordinator: registration and stage assignment', () => {
     const before = await snapshot();
     const key = '0x' + '11'.repeat(32);
     const bad: unknown[] = [undefined, null, 42, 'text', [], {}, { v: 1 }, { v: 2 }, { v: 1, extra: 'x'.repeat(70_000) }];
-    const events = ['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt'];
+    const events = ['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'merge-ready', 'merged'];
     for (const event of events) {
       for (const payload of bad) {
         // A fresh connection each time: five rejections disconnect a connection.
@@ -131,8 +131,12 @@ describe('coordinator: registration and stage assignment', () => {
       registered.stage === 2 ? 'SCHEMA' : 'OUT_OF_PHASE',
     );
     expect(await rejection(request(good, 'register', { v: 1, publicKey: key, challenge: key, backend: 'wasm', tokensPerSec: 1, signature: '0x' + '22'.repeat(64) }))).toBe('OUT_OF_PHASE');
+    // No merge was called: a replica's answer and a merge report are both out of phase.
+    const hash = 'ab'.repeat(32);
+    expect(await rejection(request(good, 'merge-ready', { v: 1, stage: registered.stage, round: 1, stateId: hash, microbatches: 3 }))).toBe('OUT_OF_PHASE');
+    expect(await rejection(request(good, 'merged', { v: 1, stage: registered.stage, round: 1, ok: true, hash, clipped: 0, evidence: [] }))).toBe('OUT_OF_PHASE');
     expect(await snapshot()).toBe(before);
-    expect(good.connected).toBe(true); // two rejections: still connected (five would not be)
+    expect(good.connected).toBe(true); // four rejections: still connected (six would not be)
   });
 
   it('refuses a replayed challenge', async () => {

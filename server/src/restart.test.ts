@@ -21,7 +21,7 @@ describe('coordinator restart', () => {
     const database = await testDatabase(`restart_swarm_${Date.now()}`, dataDir);
     const options = {
       database,
-      run: { name: 'restart', preset: 'tiny' as const, stages: 3, bottleneck: 32, training: { batchSize: 16, checkpointEvery: 5 } },
+      run: { name: 'restart', preset: 'tiny' as const, stages: 3, bottleneck: 32, training: { batchSize: 16 }, merge: { every: 5 } },
     };
     app = await buildApp(options);
     await app.fastify.listen({ port: 0, host: '127.0.0.1' });

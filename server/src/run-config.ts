@@ -7,11 +7,51 @@ export interface RunConfig extends RunLayout {
   /** Seeds the initial weights: every replica of a stage starts from the same ones. */
   seed: number;
   /** Every miner of the run uses these: microbatch size and the inner optimizer's schedule. */
-  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number; checkpointEvery: number };
+  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
+  /** The stages' merges (the phase machine: training → merging → training). */
+  merge: MergeSettings;
+}
+
+export interface MergeSettings {
+  /** A stage merges once each of its replicas has H verified microbatches since the last merge… */
+  every: number;
+  /** …or once its training phase has lasted this long and some work was done. */
+  maxTrainingMs: number;
+  /** How the pseudo-gradient travels between replicas. */
+  precision: 'fp32' | 'fp16' | 'int8';
+  reduction: 'mean' | 'centered-clip';
+  /** CenteredClip's radius τ (L2, per partition). */
+  clipRadius: number;
+  /** The outer Nesterov step (IOTA: 0.7 and 0.9). */
+  outerLr: number;
+  outerMomentum: number;
+  /** Replicas have this long to pause and say they are ready; later ones sit the round out. */
+  readyMs: number;
+  /** The all-reduce's deadlines (sender, reducer, whole round). */
+  senderMs: number;
+  reducerMs: number;
+  roundMs: number;
 }
 
 /** What an operator may set: any field, and any part of the training settings. */
-export type RunOverrides = Partial<Omit<RunConfig, 'training'>> & { training?: Partial<RunConfig['training']> };
+export type RunOverrides = Partial<Omit<RunConfig, 'training' | 'merge'>> & { training?: Partial<RunConfig['training']>; merge?: Partial<MergeSettings> };
+
+export const DEFAULT_MERGE: MergeSettings = {
+  every: 10,
+  maxTrainingMs: 120_000,
+  precision: 'fp16',
+  reduction: 'mean',
+  clipRadius: 1,
+  // Plain averaging of the replicas. IOTA's DiLoCo setting (lr 0.7, Nesterov 0.9) suits
+  // merges hundreds of steps apart; at every = 10 on `tiny` it measured worse
+  // (held-out 3.89 against 3.65 after 6 rounds of 3 stages × 2 replicas).
+  outerLr: 1,
+  outerMomentum: 0,
+  readyMs: 5_000,
+  senderMs: 10_000,
+  reducerMs: 5_000,
+  roundMs: 30_000,
+};
 
 export function defaultRunConfig(overrides: RunOverrides = {}): RunConfig {
   const preset = overrides.preset ?? 'small';
@@ -28,9 +68,9 @@ export function defaultRunConfig(overrides: RunOverrides = {}): RunConfig {
       peakLr: preset === 'tiny' ? 0.006 : 0.003,
       warmupSteps: 20,
       totalSteps: preset === 'tiny' ? 200 : 20_000,
-      checkpointEvery: 20,
       ...overrides.training,
     },
+    merge: { ...DEFAULT_MERGE, ...overrides.merge },
   };
   stageSpecs(PRESETS[config.preset], config); // throws ConfigError on an impossible layout
   return config;

@@ -17,7 +17,7 @@ const { values } = parseArgs({
     coordinator: { type: 'string', default: 'http://localhost:8080' },
     count: { type: 'string', default: '1' },
     microbatches: { type: 'string' },
-    'in-flight': { type: 'string', default: '2' },
+    'in-flight': { type: 'string', default: '1' },
     'microbatch-timeout': { type: 'string', default: '30000' },
     'data-seed': { type: 'string' },
   },

@@ -15,6 +15,7 @@ const Hex64 = Type.String({ pattern: '^0x[0-9a-fA-F]{128}$' });
 const Version = Type.Literal(PROTOCOL_VERSION);
 const Backend = Type.Union([Type.Literal('webgpu'), Type.Literal('webgl'), Type.Literal('wasm'), Type.Literal('cpu')]);
 const MinerId = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' });
+const Sha256Hex = Type.String({ pattern: '^[0-9a-f]{64}$' });
 /** 16 bytes as 32 hex characters: the id of one microbatch. */
 const ActivationId = Type.String({ pattern: '^[0-9a-f]{32}$' });
 
@@ -71,6 +72,43 @@ export const ClientEvents = {
     },
     { additionalProperties: false },
   ),
+  /** A replica paused for its stage's merge: what it holds (anchor and outer momentum, hashed) and the work it did. */
+  'merge-ready': Type.Object(
+    {
+      v: Version,
+      stage: Type.Integer({ minimum: 0, maximum: 63 }),
+      round: Type.Integer({ minimum: 1 }),
+      stateId: Sha256Hex,
+      microbatches: Type.Integer({ minimum: 0 }),
+    },
+    { additionalProperties: false },
+  ),
+  /** After the all-reduce: the hash of the weights the replica now holds, and any disagreement it saw. */
+  merged: Type.Object(
+    {
+      v: Version,
+      stage: Type.Integer({ minimum: 0, maximum: 63 }),
+      round: Type.Integer({ minimum: 1 }),
+      ok: Type.Boolean(),
+      /** The round's error code when it failed (the replica kept its weights). */
+      error: Type.Optional(Type.String({ maxLength: 64, pattern: '^[A-Z_]+$' })),
+      hash: Sha256Hex,
+      clipped: Type.Integer({ minimum: 0 }),
+      evidence: Type.Array(
+        Type.Object(
+          {
+            partition: Type.Integer({ minimum: 0, maximum: 65535 }),
+            owners: Type.Tuple([MinerId, MinerId]),
+            hashes: Type.Tuple([Sha256Hex, Sha256Hex]),
+            liar: Type.Optional(MinerId),
+          },
+          { additionalProperties: false },
+        ),
+        { maxItems: 256 },
+      ),
+    },
+    { additionalProperties: false },
+  ),
 } satisfies Record<string, TSchema>;
 
 export type ClientEvent = keyof typeof ClientEvents;
@@ -120,4 +158,31 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
     throw new ProtocolError('SCHEMA', first ? `${first.path || '/'}: ${first.message}` : 'invalid message');
   }
   return data as ClientMessage<E>;
+}
+
+/** Coordinator → replicas of a stage: pause and answer `merge-ready`. */
+export interface MergeStart {
+  v: number;
+  stage: number;
+  round: number;
+}
+
+/** Coordinator → replicas of a stage: run the round's all-reduce (see server/src/phases.ts). */
+export interface MergeGo {
+  v: number;
+  stage: number;
+  round: number;
+  /** Seeds the partition map: the same on every replica. */
+  seed: number;
+  /** outer: replicas share (anchor, momentum) and all-reduce pseudo-gradients; average: they average weights and restart the momentum. */
+  mode: 'outer' | 'average';
+  participants: string[];
+  /** Verified microbatches of each participant since the last merge: the mean's weights. */
+  weights: Record<string, number>;
+  precision: 'fp32' | 'fp16' | 'int8';
+  reduction: { kind: 'mean' } | { kind: 'centered-clip'; radius: number };
+  timeouts: { senderMs: number; reducerMs: number; roundMs: number };
+  outer: { lr: number; momentum: number };
+  /** This replica uploads the merged weights as the stage's checkpoint. */
+  uploader: string;
 }

@@ -4,3 +4,4 @@ export * from './microbatch';
 export * from './pipeline';
 export * from './miner';
 export * from './allreduce';
+export * from './merge';

@@ -1,7 +1,10 @@
 import { BatchSampler, PRESETS, Stage, contentHash, exportStageWeightsSync, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
-import { PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, verifySignature, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
+import { ButterflyNode } from './allreduce/butterfly';
+import { OuterOptimizer } from './allreduce/outer';
+import { readFlat, runMerge, type MergeOutcome } from './merge';
 import { io, type Socket } from 'socket.io-client';
-import { coordinatorSignals, register, type Registration } from './coordinator-client';
+import { coordinatorSignals, register, request, type Registration } from './coordinator-client';
 import { PeerMesh } from './mesh';
 import { PipelineWorker } from './pipeline';
 
@@ -24,19 +27,28 @@ export interface MinerOptions {
   departureGraceMs?: number;
   /** Stage 0 gives up on (and re-sends the data of) a microbatch not back in this time. */
   microbatchTimeoutMs?: number;
-  /** Microbatches stage 0 keeps in the pipeline at once. */
+  /**
+   * Microbatches stage 0 keeps in the pipeline at once (default 1). More fills
+   * a lone pipeline's bubbles, but each stage then recomputes a microbatch's
+   * forward with weights another microbatch's step already moved: measured on
+   * `tiny`, 2 in flight kept the loss on its 4.4 plateau (4.44 after 40 steps)
+   * where 1 in flight reached 4.11. Replicas, not depth, give throughput.
+   */
   maxInFlight?: number;
   /** Stage 0 stops after submitting this many (default: no limit). */
   maxMicrobatches?: number;
   /** Seeds this miner's choice of training windows (random by default, so replicas see different data). */
   dataSeed?: number;
   log?: (line: string) => void;
+  /** Fault injection for tests and drills: rewrites each all-reduce message this miner sends (a lying owner). */
+  tamperAllReduce?: (to: string, message: Uint8Array) => Uint8Array;
 }
 
 type RunLayout = Registration['layout'] & {
   preset: PresetName;
   seed: number;
-  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number; checkpointEvery: number };
+  training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
+  merge: { readyMs: number; roundMs: number };
 };
 
 /**
@@ -49,6 +61,12 @@ export class Miner {
   private mesh?: PeerMesh;
   private worker?: PipelineWorker;
   private model?: Stage;
+  private outer?: OuterOptimizer;
+  private butterfly?: ButterflyNode;
+  /** The merge this miner is paused for, if any. */
+  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout> };
+  /** Microbatches this miner's stage processed since its last merge. */
+  private sinceMerge = 0;
   private stageMap: string[][] = [];
   private running = false;
   private heartbeat?: ReturnType<typeof setInterval>;
@@ -61,6 +79,8 @@ export class Miner {
   /** Hash of the checkpoint this miner started from, if it joined a run in progress. */
   resumedFrom?: string;
   checkpointsUploaded = 0;
+  /** Every merge round this miner took part in, as it ended. */
+  readonly merges: Array<{ stage: number; round: number; mode: MergeGo['mode']; participants: number } & Omit<MergeOutcome, 'round'>> = [];
   /** Stage 0: microbatches whose gradient came back and was applied; and how many were sent again. */
   completed = 0;
   resubmitted = 0;
@@ -104,54 +124,153 @@ export class Miner {
       wrtc: this.o.wrtc,
       signals: coordinatorSignals(socket, this.o.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
     });
+    this.mesh.onMessage((from, message) => {
+      if (message.kind === 'partition') this.butterfly?.deliver(from, message.payload);
+    });
+    this.running = true;
+    await this.takeStage(stage);
+    // Every later connection (automatic reconnection, or ours below) registers again.
+    socket.on('connect', () => void this.rejoin(socket));
+    let seq = 0;
+    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++ }), this.o.heartbeatMs ?? 2000);
+    // Rebalancing: the coordinator moved this miner to a stage that had emptied.
+    socket.on('reassigned', (m: { stage: number }) => {
+      if (Number.isInteger(m?.stage) && m.stage !== this.registration?.stage) void this.takeStage(m.stage);
+    });
+    socket.on('merge', (m: MergeStart) => void this.onMergeStart(m));
+    socket.on('merge-go', (m: MergeGo) => void this.onMergeGo(m));
+  }
+
+  /**
+   * Takes up a stage: its model, starting from the stage's latest checkpoint
+   * (a late joiner or a moved miner does not start from scratch), the outer
+   * optimizer's anchor, a pipeline worker, and on stage 0 the feeding of
+   * microbatches. A previous stage's worker is stopped first; its in-flight
+   * work is re-sent by stage 0.
+   */
+  private async takeStage(stage: number): Promise<void> {
+    const registration = this.registration!;
+    const { minerId, layout } = registration;
+    const log = this.o.log ?? (() => {});
+    if (this.worker) log(`moving to stage ${stage}`);
+    this.endMerge();
+    this.worker?.dispose();
+    this.model?.dispose();
+    registration.stage = stage;
     const config = PRESETS[layout.preset];
-    this.model = new Stage(stageSpecs(config, layout)[stage]!, layout.seed);
-    // A late joiner starts from the stage's latest checkpoint, not from scratch.
+    const model = new Stage(stageSpecs(config, layout)[stage]!, layout.seed);
+    this.model = model;
     const latest = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${stage}/latest`);
     if (latest.ok) {
-      importStageWeights(this.model, new Uint8Array(await latest.arrayBuffer()));
+      importStageWeights(model, new Uint8Array(await latest.arrayBuffer()));
       this.resumedFrom = latest.headers.get('x-content-hash') ?? 'unknown';
       log(`loaded stage ${stage}'s latest checkpoint (${this.resumedFrom.slice(0, 12)})`);
     }
-    this.worker = new PipelineWorker({
+    this.outer = new OuterOptimizer(readFlat(model));
+    this.sinceMerge = 0;
+    this.butterfly = new ButterflyNode(
+      minerId,
+      async (to, bytes) => {
+        const out = this.o.tamperAllReduce ? this.o.tamperAllReduce(to, bytes) : bytes;
+        await this.mesh!.send(to, { kind: 'partition', runId: registration.runId, epoch: 0, activationId: crypto.getRandomValues(new Uint8Array(16)), pathway: [] }, out);
+      },
+      (from, code, message) => log(`all-reduce refused a message from ${from.slice(0, 8)}…: ${code} ${message}`),
+    );
+    const worker = new PipelineWorker({
       selfId: minerId,
-      stage: this.model,
+      stage: model,
       runId: registration.runId,
-      mesh: this.mesh,
+      mesh: this.mesh!,
       nextPeers: () => this.stageMap[stage + 1] ?? [],
+      rank: () => (this.stageMap[stage] ?? []).indexOf(minerId),
       epoch: () => 0,
       ...layout.training,
       microbatchTimeoutMs: this.o.microbatchTimeoutMs,
       onLoss: (r) => this.report('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
       onTransfer: (t) => this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t }),
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
-      onStep: (step) => {
-        if (step % layout.training.checkpointEvery === 0) void this.upload(registration, step);
-      },
+      onStep: () => this.sinceMerge++,
     });
-    this.running = true;
-    // Every later connection (automatic reconnection, or ours below) registers again.
-    socket.on('connect', () => void this.rejoin(socket));
-    let seq = 0;
-    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++ }), this.o.heartbeatMs ?? 2000);
-    if (stage === 0) void this.feed(config.contextLength, layout);
+    this.worker = worker;
+    if (stage === 0) void this.feed(config.contextLength, layout, worker);
+  }
+
+  /** The coordinator calls a merge of this miner's stage: pause between two messages, then say what we hold. */
+  private async onMergeStart(m: MergeStart): Promise<void> {
+    const registration = this.registration;
+    if (!registration || m?.stage !== registration.stage || !Number.isInteger(m.round) || this.merging) return;
+    const worker = this.worker!;
+    const layout = registration.layout;
+    // If the round never comes (the coordinator went away), training resumes on its own.
+    const timer = setTimeout(() => this.endMerge(), layout.merge.readyMs + layout.merge.roundMs + 5_000);
+    this.merging = { stage: m.stage, round: m.round, timer };
+    await worker.pause();
+    if (this.merging?.round !== m.round || this.worker !== worker) return;
+    try {
+      await request(this.socket!, 'merge-ready', { v: PROTOCOL_VERSION, stage: m.stage, round: m.round, stateId: this.outer!.stateId(), microbatches: this.sinceMerge });
+    } catch (e) {
+      this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
+      if (this.merging?.round === m.round) this.endMerge();
+    }
+  }
+
+  private async onMergeGo(go: MergeGo): Promise<void> {
+    const registration = this.registration;
+    if (!registration || !this.merging || go?.stage !== this.merging.stage || go.round !== this.merging.round) return;
+    if (!Array.isArray(go.participants) || !go.participants.includes(registration.minerId)) {
+      this.endMerge(); // answered too late for this round: keep training, the work counts next time
+      return;
+    }
+    const model = this.model!;
+    try {
+      const outcome = await runMerge(go, model, this.outer!, this.butterfly!);
+      if (this.model !== model) return; // moved stage meanwhile
+      const { round: detail, ...summary } = outcome;
+      this.merges.push({ stage: go.stage, round: go.round, mode: go.mode, participants: go.participants.length, ...summary });
+      if (this.merges.length > 1000) this.merges.shift();
+      this.o.log?.(
+        `merge ${go.round} of stage ${go.stage} (${go.mode}, ${go.participants.length} replica(s)): ${outcome.ok ? 'ok' : outcome.error}, weights ${outcome.hash.slice(0, 12)}` +
+          (detail ? `, ${detail.bytesSent} B sent, ${detail.bytesReceived} B received in ${Math.round(detail.ms)} ms` : '') +
+          (outcome.evidence.length ? `, ${outcome.evidence.length} disputed partition(s)` : ''),
+      );
+      this.sinceMerge = 0;
+      void request(this.socket!, 'merged', {
+        v: PROTOCOL_VERSION,
+        stage: go.stage,
+        round: go.round,
+        ok: outcome.ok,
+        ...(outcome.error ? { error: outcome.error } : {}),
+        hash: outcome.hash,
+        clipped: outcome.clipped,
+        evidence: outcome.evidence.slice(0, 256).map((e) => ({ partition: e.partition, owners: e.owners, hashes: e.hashes, ...(e.liar ? { liar: e.liar } : {}) })),
+      }).catch((e: Error) => this.o.log?.(`merge ${go.round}: report refused (${e.message})`));
+      if (outcome.ok && go.uploader === registration.minerId) await this.upload(registration, go.round);
+    } catch (e) {
+      this.o.log?.(`merge ${go.round} failed: ${(e as Error).message}`);
+    } finally {
+      this.endMerge();
+    }
+  }
+
+  private endMerge(): void {
+    if (!this.merging) return;
+    clearTimeout(this.merging.timer);
+    this.merging = undefined;
+    this.worker?.resume();
   }
 
   /**
    * After the coordinator comes back (or the connection does): registers again
-   * and sends the loss reports it could not deliver. A different stage than
-   * before would need other weights: the miner says so and stops.
+   * and sends the loss reports it could not deliver; takes up another stage if
+   * the coordinator now gives it one.
    */
   private async rejoin(socket: Socket): Promise<void> {
     try {
       const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec });
       this.rejoined++;
-      if (again.stage !== this.registration!.stage) {
-        this.o.log?.(`the coordinator moved this miner to stage ${again.stage}; restart it to take that stage`);
-        this.stop();
-        return;
-      }
       this.o.log?.(`re-registered with the coordinator, stage ${again.stage}`);
+      this.endMerge(); // a merge the old coordinator called will not finish
+      if (again.stage !== this.registration!.stage) await this.takeStage(again.stage);
       this.connectedToCoordinator = true;
       for (const [event, payload] of this.unsent.splice(0)) this.report(event, payload);
     } catch (e) {
@@ -190,7 +309,7 @@ export class Miner {
   }
 
   /** Stage 0: keeps maxInFlight microbatches in the pipeline until stopped. */
-  private async feed(time: number, layout: RunLayout): Promise<void> {
+  private async feed(time: number, layout: RunLayout, worker: PipelineWorker): Promise<void> {
     const tokens = await this.o.tokens.train(PRESETS[layout.preset].vocabSize);
     const sampler = new BatchSampler(tokens, layout.training.batchSize, time, this.o.dataSeed ?? Math.floor(Math.random() * 2 ** 31));
     // Wait for a miner on the next stage.
@@ -199,9 +318,10 @@ export class Miner {
     const limit = this.o.maxMicrobatches ?? Infinity;
     const lane = async (): Promise<void> => {
       let batch = sampler.next();
-      while (this.running && submitted < limit) {
+      // Until stopped, or until this worker is replaced (the miner moved to another stage).
+      while (this.running && this.worker === worker && submitted < limit) {
         try {
-          await this.worker!.submit(batch);
+          await worker.submit(batch);
           submitted++;
           this.completed++;
           batch = sampler.next();
@@ -213,10 +333,10 @@ export class Miner {
         }
       }
     };
-    await Promise.all(Array.from({ length: this.o.maxInFlight ?? 2 }, lane));
+    await Promise.all(Array.from({ length: this.o.maxInFlight ?? 1 }, lane));
   }
 
-  /** Sends a snapshot of this stage's weights to the coordinator, signed. */
+  /** Sends the stage's merged weights to the coordinator as its checkpoint for that round, signed. */
   private async upload(registration: Registration, step: number): Promise<void> {
     const bytes = exportStageWeightsSync(this.model!);
     const signed = { runId: registration.runId, stage: registration.stage, step, hash: contentHash(bytes) };
@@ -235,6 +355,7 @@ export class Miner {
 
   stop(): void {
     this.running = false;
+    this.endMerge();
     clearInterval(this.heartbeat);
     clearTimeout(this.reconnectTimer);
     this.worker?.dispose();

@@ -21,6 +21,14 @@ export interface PipelineWorkerOptions {
   mesh: PeerMesh;
   /** Miners holding the next stage; the worker sends to the one with the fewest microbatches outstanding. */
   nextPeers: () => string[];
+  /**
+   * This miner's rank among its stage's replicas: among equally loaded next
+   * peers it picks the one of the same rank, so that between merges each
+   * replica of a stage keeps feeding the same replica downstream (coherent
+   * pathways, like separate pipelines that merge) instead of mixing models
+   * that drift apart until they merge. Random among them without it.
+   */
+  rank?: () => number;
   epoch: () => number;
   peakLr: number;
   warmupSteps: number;
@@ -88,6 +96,8 @@ export class PipelineWorker {
   private readonly precision: Precision;
   private queue: Promise<void> = Promise.resolve();
   step = 0;
+  private disposed = false;
+  private release?: () => void;
   readonly stats = { microbatches: 0, tokens: 0, computeMs: 0, rejected: 0 };
 
   constructor(private readonly o: PipelineWorkerOptions) {
@@ -95,6 +105,7 @@ export class PipelineWorker {
     this.lr = cosineSchedule({ peakLr: o.peakLr, warmupSteps: o.warmupSteps, totalSteps: o.totalSteps });
     this.precision = o.stage.spec.layout.int8 ? 'int8' : 'fp32';
     o.mesh.onMessage((from, message) => {
+      if (this.disposed || message.kind === 'partition') return; // a replaced worker hears nothing; partitions are the merge's
       this.queue = this.queue.then(() => this.handle(from, message)).catch((e: unknown) => this.reject(from, (e as Error).message));
     });
   }
@@ -248,7 +259,36 @@ export class PipelineWorker {
   private pickNext(): string {
     const peers = this.o.nextPeers();
     if (peers.length === 0) throw new PipelineError('NO_NEXT_PEER', 'no miner holds the next stage');
-    return [...peers].sort((a, b) => (this.outstanding.get(a) ?? 0) - (this.outstanding.get(b) ?? 0) || (a < b ? -1 : 1))[0]!;
+    // The least loaded; among equals the one of this miner's rank (see `rank`), else one at random.
+    const load = (p: string): number => this.outstanding.get(p) ?? 0;
+    const least = Math.min(...peers.map(load));
+    const candidates = peers.filter((p) => load(p) === least).sort();
+    const rank = this.o.rank?.();
+    if (rank !== undefined && rank >= 0) return candidates[rank % candidates.length]!;
+    return candidates[Math.floor(Math.random() * candidates.length)]!;
+  }
+
+  /**
+   * Holds the worker between two messages (for a merge): resolves once the
+   * message in hand is done and the weights are still; everything arriving
+   * meanwhile waits in order until resume().
+   */
+  pause(): Promise<void> {
+    if (this.release) return Promise.resolve();
+    let reached!: () => void;
+    const paused = new Promise<void>((r) => (reached = r));
+    const gate = new Promise<void>((r) => (this.release = r));
+    this.queue = this.queue.then(() => {
+      reached();
+      return gate;
+    });
+    return paused;
+  }
+
+  resume(): void {
+    const release = this.release;
+    this.release = undefined;
+    release?.();
   }
 
   private reject(from: string, reason: string): void {
@@ -257,6 +297,8 @@ export class PipelineWorker {
   }
 
   dispose(): void {
+    this.disposed = true;
+    this.resume();
     for (const key of [...this.pending.keys()]) this.abandon(key, new PipelineError('STOPPED', 'worker stopped'));
     this.optimizer.dispose();
   }

@@ -79,4 +79,27 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       CREATE UNIQUE INDEX metrics_one_report_per_microbatch ON metrics (run_id, name, activation_id) WHERE activation_id IS NOT NULL;
     `,
   },
+  {
+    version: 4,
+    name: 'merge rounds and the evidence they produce',
+    sql: `
+      ALTER TABLE epochs ADD COLUMN mode text;
+      ALTER TABLE epochs ADD COLUMN participants jsonb;
+      ALTER TABLE epochs ADD COLUMN merged_hash text;
+      ALTER TABLE epochs ADD COLUMN ended_at timestamptz;
+      CREATE TABLE merge_events (
+        id serial PRIMARY KEY,
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        round integer NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('dispute', 'hash-mismatch', 'missed', 'failed')),
+        -- The miner the event is about (a liar, a replica that diverged or missed the round).
+        miner_id text,
+        reporter text,
+        detail jsonb NOT NULL DEFAULT '{}',
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE INDEX receipts_by_time ON receipts (run_id, direction, created_at);
+    `,
+  },
 ];

@@ -14,6 +14,18 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = as
   const series = (name: string) =>
     coordinator.db.query(`SELECT epoch, value, created_at AS "createdAt" FROM metrics WHERE run_id = $1 AND name = $2 ORDER BY created_at`, [coordinator.runId, name]);
   app.get('/api/metrics', async () => ({ trainLoss: await series('train_loss'), heldOutLoss: await series('heldout_loss') }));
+  app.get('/api/merges', async () => ({
+    stages: coordinator.phases.status(),
+    rounds: await coordinator.db.query(
+      `SELECT stage, epoch AS round, phase, mode, participants, merged_hash AS "mergedHash", started_at AS "startedAt", ended_at AS "endedAt"
+       FROM epochs WHERE run_id = $1 ORDER BY epoch, stage`,
+      [coordinator.runId],
+    ),
+    events: await coordinator.db.query(
+      `SELECT stage, round, kind, miner_id AS "minerId", reporter, detail, created_at AS "createdAt" FROM merge_events WHERE run_id = $1 ORDER BY id`,
+      [coordinator.runId],
+    ),
+  }));
   app.get('/api/receipts', async () => coordinator.receiptSummary());
   app.get('/api/checkpoints', async () => ({
     checkpoints: await coordinator.db.query(

@@ -43,7 +43,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       });
     };
     // Unknown events get the same named rejection as malformed ones.
-    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame']);
+    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame', 'merge-ready', 'merged']);
     socket.onAny((event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
       const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
@@ -150,6 +150,18 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
         [coordinator.runId, msg.epoch, msg.activationId, msg.direction, msg.from, msg.to, state.minerId, msg.bytes, msg.payloadHash],
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this transfer was already confirmed by this miner');
+      ack({ ok: true });
+    });
+
+    // The phase machine's merge handshake (see phases.ts).
+    handle('merge-ready', async (msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      await coordinator.phases.onReady(state.minerId, msg);
+      ack({ ok: true });
+    });
+    handle('merged', async (msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      await coordinator.phases.onMerged(state.minerId, msg);
       ack({ ok: true });
     });
 

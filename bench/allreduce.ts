@@ -1,0 +1,106 @@
+/**
+ * npm run bench:allreduce — the butterfly all-reduce's bytes per peer and round
+ * time as the number of replicas grows, for the largest stage of the `small`
+ * preset (3 stages), beside a naive all-gather.
+ *
+ * Peers run in this process over MemoryNetwork (in-process transports that
+ * count every byte each peer sends and receives): 16 miner processes with
+ * WebRTC do not fit on a 2-core machine. The round's bytes are those of the
+ * same ButterflyNode code the miners run over WebRTC; round time here is
+ * compute and scheduling only (no network latency), all peers sharing one core.
+ * The naive all-gather's bytes are computed: every peer sends its whole
+ * vector, at the same precision, to every other peer.
+ */
+import { PRESETS, paramSpecs, stageSpecs } from '@train-at-home/model';
+import { MemoryNetwork, encodedBytes, type AllReducePrecision } from '@train-at-home/swarm';
+import { join } from 'node:path';
+import { RESULTS_DIR, finish, machine, writeChartPng, writeCsv } from './lib';
+
+const layout = { stages: 3, bottleneck: 64, int8: true };
+const specs = stageSpecs(PRESETS.small, layout);
+const sizes = specs.map((s) => paramSpecs(s).reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0));
+const stage = sizes.indexOf(Math.max(...sizes));
+const P = sizes[stage]!;
+const paramBytes = 4 * P;
+console.log(`small preset, stage ${stage} of 3: ${P.toLocaleString()} parameters (${(paramBytes / 2 ** 20).toFixed(1)} MiB fp32)`);
+
+function vector(seed: number): Float32Array {
+  let s = seed >>> 0;
+  const v = new Float32Array(P);
+  for (let i = 0; i < P; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    v[i] = (s / 2 ** 32 - 0.5) * 1e-3;
+  }
+  return v;
+}
+
+const rows: Array<{ n: number; precision: AllReducePrecision; bytesSentPerPeerRatio: number; bytesRecvPerPeerRatio: number; roundMs: number; naiveBytesSentPerPeerRatio: number }> = [];
+for (const precision of ['fp16', 'int8'] as const) {
+  for (const n of [2, 4, 8, 16]) {
+    const net = new MemoryNetwork();
+    const peers = Array.from({ length: n }, (_, i) => `peer-${String(i).padStart(2, '0')}`);
+    const local = peers.map((_, i) => vector(i + 1));
+    const spec = {
+      round: 1,
+      seed: 1234,
+      participants: peers,
+      weights: Object.fromEntries(peers.map((p) => [p, 1])),
+      precision,
+      reduction: { kind: 'mean' as const },
+      timeouts: { senderMs: 600_000, reducerMs: 600_000, roundMs: 1_800_000 },
+    };
+    const started = performance.now();
+    const results = await Promise.all(peers.map((p, i) => net.node(p).run(spec, local[i]!)));
+    const roundMs = performance.now() - started;
+    if (results.some((r) => r.sources.agreed !== n)) throw new Error('a partition was not agreed');
+    const sent = Math.max(...peers.map((p) => net.sent.get(p)!));
+    const recv = Math.max(...peers.map((p) => net.received.get(p)!));
+    const row = {
+      n,
+      precision,
+      bytesSentPerPeerRatio: +(sent / paramBytes).toFixed(4),
+      bytesRecvPerPeerRatio: +(recv / paramBytes).toFixed(4),
+      roundMs: Math.round(roundMs),
+      naiveBytesSentPerPeerRatio: +(((n - 1) * encodedBytes(P, precision)) / paramBytes).toFixed(4),
+    };
+    rows.push(row);
+    console.log(JSON.stringify(row));
+  }
+}
+
+const main = rows.filter((r) => r.precision === 'fp16');
+const ratios = main.map((r) => Math.max(r.bytesSentPerPeerRatio, r.bytesRecvPerPeerRatio));
+const flatness = +(Math.max(...ratios) / Math.min(...ratios)).toFixed(4);
+const from4 = main.filter((r) => r.n >= 4).map((r) => Math.max(r.bytesSentPerPeerRatio, r.bytesRecvPerPeerRatio));
+console.table(rows);
+
+writeCsv(join(RESULTS_DIR, 'allreduce.csv'), rows);
+await writeChartPng(join(RESULTS_DIR, 'allreduce.png'), {
+  $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
+  title: `Bytes sent per peer per round ÷ stage parameter bytes (small, stage ${stage}, ${(paramBytes / 2 ** 20).toFixed(1)} MiB fp32)`,
+  width: 520,
+  height: 320,
+  data: {
+    values: rows.flatMap((r) => [
+      { n: r.n, ratio: r.bytesSentPerPeerRatio, series: `butterfly, ${r.precision}` },
+      { n: r.n, ratio: r.naiveBytesSentPerPeerRatio, series: `naive all-gather, ${r.precision}` },
+    ]),
+  },
+  mark: { type: 'line', point: true },
+  encoding: {
+    x: { field: 'n', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'replicas (n)' },
+    y: { field: 'ratio', type: 'quantitative', scale: { type: 'log' }, title: 'bytes sent per peer ÷ parameter bytes (log)' },
+    color: { field: 'series', type: 'nominal', legend: { labelLimit: 400 } },
+  },
+});
+
+finish('allreduce', {
+  rows: main,
+  flatness,
+  flatnessFrom4: +(Math.max(...from4) / Math.min(...from4)).toFixed(4),
+  int8Rows: rows.filter((r) => r.precision === 'int8'),
+  stage: { preset: 'small', layout, index: stage, parameters: P, parameterBytes: paramBytes },
+  transport: 'in-process MemoryNetwork with per-peer byte counting (same ButterflyNode as the WebRTC miners); roundMs is compute only, all peers on one core',
+  note: 'redundancy 2: each peer sends its slice of every partition to both owners and each owner sends its result to every peer, so bytes per peer ≈ 2·(n−1)/n × 2 × (encoded bytes); the (n−1)/n factor (a peer never sends to itself) is why n = 2 is cheaper',
+  machine: machine('js (no tensors)'),
+});

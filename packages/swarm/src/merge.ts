@@ -1,0 +1,76 @@
+import * as tf from '@tensorflow/tfjs';
+import { contentHash, exportStageWeightsSync, type Stage } from '@train-at-home/model';
+import type { MergeGo } from '@train-at-home/protocol';
+import { AllReduceError, type ButterflyNode, type Evidence, type RoundResult } from './allreduce/butterfly';
+import { OuterOptimizer } from './allreduce/outer';
+
+/** A stage's parameters as one flat vector, in its parameter order (the all-reduce's view). */
+export function readFlat(stage: Stage): Float32Array {
+  const parts = stage.specs.map((s) => stage.params[s.name]!.dataSync() as Float32Array);
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+export function writeFlat(stage: Stage, flat: Float32Array): void {
+  let at = 0;
+  for (const s of stage.specs) {
+    const size = s.shape.reduce((a, b) => a * b, 1);
+    const slice = flat.subarray(at, at + size);
+    tf.tidy(() => stage.params[s.name]!.assign(tf.tensor(slice, s.shape)));
+    at += size;
+  }
+  if (at !== flat.length) throw new Error(`flat vector of ${flat.length} for a stage of ${at} parameters`);
+}
+
+export interface MergeOutcome {
+  ok: boolean;
+  error?: string;
+  /** Hash of the stage's weights after the round (the same on every replica when it went well). */
+  hash: string;
+  clipped: number;
+  evidence: Evidence[];
+  round?: RoundResult;
+}
+
+/**
+ * One replica's merge: DiLoCo's outer step over the butterfly all-reduce.
+ * mode 'outer': all-reduce the pseudo-gradients (anchor − current), then the
+ * same Nesterov step from the same anchor on every replica; mode 'average':
+ * all-reduce the weights themselves, which become the new anchor (the
+ * replicas' states differed, e.g. a newcomer joined). A lone replica's round
+ * just takes its weights as the anchor. A failed round changes nothing.
+ */
+export async function runMerge(go: MergeGo, stage: Stage, outer: OuterOptimizer, node: ButterflyNode): Promise<MergeOutcome> {
+  const current = readFlat(stage);
+  const done = (ok: boolean, extra: Partial<MergeOutcome> = {}): MergeOutcome => ({
+    ok,
+    hash: contentHash(exportStageWeightsSync(stage)),
+    clipped: 0,
+    evidence: [],
+    ...extra,
+  });
+  if (go.participants.length < 2) {
+    outer.reset(current);
+    return done(true);
+  }
+  const spec = { round: go.round, seed: go.seed, participants: go.participants, weights: go.weights, precision: go.precision, reduction: go.reduction, timeouts: go.timeouts };
+  try {
+    if (go.mode === 'outer') {
+      const round = await node.run(spec, outer.pseudoGradient(current));
+      writeFlat(stage, outer.step(round.values, go.outer));
+      return done(true, { clipped: round.clipped, evidence: round.evidence, round });
+    }
+    const round = await node.run(spec, current);
+    writeFlat(stage, round.values);
+    outer.reset(round.values);
+    return done(true, { clipped: round.clipped, evidence: round.evidence, round });
+  } catch (e) {
+    if (e instanceof AllReduceError) return done(false, { error: e.code });
+    throw e;
+  }
+}

@@ -1,0 +1,81 @@
+import wrtc from '@roamhq/wrtc';
+import { DATA_DIR, datasetName, initNodeBackend, loadDataset } from '@train-at-home/model/node';
+import { generateIdentity } from '@train-at-home/protocol';
+import { BLOCK, MSG, Miner, decodeMessage, encodeMessage, type MinerOptions } from '@train-at-home/swarm';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
+
+let app: App;
+let url: string;
+const miners: Miner[] = [];
+
+beforeAll(async () => {
+  await initNodeBackend();
+  app = await buildApp({
+    database: await testDatabase(),
+    run: { name: 'liar', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4 }, merge: { every: 3, precision: 'fp16', senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 } },
+  });
+  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+});
+afterAll(async () => {
+  miners.forEach((m) => m.stop());
+  await app.close();
+});
+
+function newMiner(extra: Partial<MinerOptions> = {}): Miner {
+  const miner = new Miner({
+    coordinatorUrl: url,
+    identity: generateIdentity(),
+    backend: 'wasm',
+    tokensPerSec: 100,
+    wrtc,
+    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
+    ...extra,
+  });
+  miners.push(miner);
+  return miner;
+}
+
+/** A lying owner: every reduced partition it sends out is scaled by 1.5 (its fp16 block scales are). */
+function scaleResults(_to: string, bytes: Uint8Array): Uint8Array {
+  const m = decodeMessage(bytes);
+  if (m.type !== MSG.result) return bytes;
+  const values = m.values.slice();
+  const view = new DataView(values.buffer);
+  const blocks = Math.ceil(values.length / (2 * BLOCK + 4));
+  for (let b = 0; b < blocks && 4 * b + 4 <= values.length; b++) view.setFloat32(4 * b, view.getFloat32(4 * b, true) * 1.5, true);
+  return encodeMessage({ ...m, values });
+}
+
+describe('a lying owner in a real merge', () => {
+  it('is caught by every honest replica, the true values are used, and the coordinator records the liar', async () => {
+    // Three replicas per stage; one of stage 0's lies.
+    const all = [newMiner(), newMiner(), newMiner({ tamperAllReduce: scaleResults }), newMiner(), newMiner(), newMiner()];
+    for (const m of all) await m.start();
+    expect(all.map((m) => m.registration!.stage)).toEqual([0, 1, 0, 1, 0, 1]);
+    const liar = all[2]!;
+    const [first, third] = [all[0]!, all[4]!];
+    const replicas = [first, liar, third];
+    await expect.poll(() => replicas.every((m) => m.merges.some((r) => r.participants === 3)), { timeout: 240_000, interval: 500 }).toBe(true);
+
+    const round = replicas.map((m) => m.merges.find((r) => r.participants === 3)!);
+    // All three hold the same weights: the honest owners' values won; the liar itself computed honestly.
+    expect(new Set(round.map((r) => r.hash)).size).toBe(1);
+    const liarId = liar.registration!.minerId;
+    for (const r of [round[0]!, round[2]!]) {
+      expect(r.evidence.length).toBeGreaterThan(0);
+      for (const e of r.evidence) {
+        expect(e.owners).toContain(liarId);
+        expect(e.liar).toBe(liarId);
+      }
+    }
+    const events = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json().events;
+    const disputes = events.filter((e: { kind: string }) => e.kind === 'dispute');
+    expect(disputes.length).toBeGreaterThan(0);
+    expect(disputes.every((e: { minerId: string }) => e.minerId === liarId)).toBe(true);
+    expect(new Set(disputes.map((e: { reporter: string }) => e.reporter))).toEqual(new Set([first.registration!.minerId, third.registration!.minerId]));
+    expect(events.filter((e: { kind: string }) => e.kind === 'hash-mismatch')).toEqual([]);
+  });
+});
