@@ -1,20 +1,10 @@
+import { mulberry32 as rng } from '@train-at-home/model';
 import { describe, expect, it } from 'vitest';
 import { AllReduceError, MSG, decodeMessage, encodeMessage, type RoundResult, type RoundSpec } from './butterfly';
 import { MemoryNetwork } from './memory';
 import { OuterOptimizer } from './outer';
 import { partitionMap } from './partition';
 import { decodeValues, encodeValues, encodedBytes } from './values';
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function vectors(ids: string[], length: number, seed = 1): Map<string, Float32Array> {
   const r = rng(seed);
