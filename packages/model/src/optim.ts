@@ -76,6 +76,23 @@ export function clipByGlobalNorm(grads: Record<string, tf.Tensor>, maxNorm: numb
   return { grads: out, norm };
 }
 
+/**
+ * The same clipping without reading anything back: the scale min(1, maxNorm / norm)
+ * is computed and applied on the device (GPU backends stay asynchronous; a
+ * synchronous read on WebGPU goes through canvases and is slow, and fragile
+ * in workers). Equal to clipByGlobalNorm: below the limit the scale is exactly 1.
+ */
+export function clipByGlobalNormOnDevice(grads: Record<string, tf.Tensor>, maxNorm: number): Record<string, tf.Tensor> {
+  const out: Record<string, tf.Tensor> = {};
+  tf.tidy(() => {
+    const norm = tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g)))));
+    const scale = tf.div(maxNorm, tf.maximum(norm, maxNorm));
+    for (const [k, g] of Object.entries(grads)) out[k] = tf.keep(tf.mul(g, scale));
+  });
+  for (const g of Object.values(grads)) g.dispose();
+  return out;
+}
+
 /** Linear warm-up to peakLr, then cosine decay to minRatio · peakLr at totalSteps. */
 export function cosineSchedule(opts: { peakLr: number; warmupSteps: number; totalSteps: number; minRatio?: number }): (step: number) => number {
   const minRatio = opts.minRatio ?? 0.1;

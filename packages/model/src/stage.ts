@@ -86,6 +86,21 @@ export class Stage {
    * gradient of the input and of every parameter.
    */
   backward(input: StageInput, outputGrad?: tf.Tensor): StageBackward {
+    const result = this.vjp(input, outputGrad);
+    const loss = this.spec.isLast ? (result.value.dataSync()[0] as number) : undefined;
+    result.value.dispose();
+    return { inputGrad: result.inputGrad, grads: result.grads, loss };
+  }
+
+  /** The same, reading the loss back asynchronously (what GPU backends want). */
+  async backwardAsync(input: StageInput, outputGrad?: tf.Tensor): Promise<StageBackward> {
+    const result = this.vjp(input, outputGrad);
+    const loss = this.spec.isLast ? ((await result.value.data())[0] as number) : undefined;
+    result.value.dispose();
+    return { inputGrad: result.inputGrad, grads: result.grads, loss };
+  }
+
+  private vjp(input: StageInput, outputGrad?: tf.Tensor): { value: tf.Tensor; inputGrad?: tf.Tensor2D; grads: Record<string, tf.Tensor> } {
     this.checkInput(input);
     if (this.spec.isLast === (outputGrad !== undefined)) {
       throw new StageError(this.spec.isLast ? 'the last stage takes no output gradient' : 'an output gradient is required');
@@ -105,9 +120,7 @@ export class Stage {
       names.forEach((n, i) => (out[n] = grads[i + (withInput ? 1 : 0)]!));
       return { value, inputGrad: withInput ? grads[0] : undefined, grads: out };
     });
-    const loss = this.spec.isLast ? (result.value.dataSync()[0] as number) : undefined;
-    result.value.dispose();
-    return { inputGrad: result.inputGrad as tf.Tensor2D | undefined, grads: result.grads, loss };
+    return { value: result.value, inputGrad: result.inputGrad as tf.Tensor2D | undefined, grads: result.grads };
   }
 
   private checkInput(input: StageInput): void {

@@ -22,3 +22,11 @@ export interface DataManifest {
   heldOutTokens: number;
   bytesPerToken: 2;
 }
+
+/** Bump when preparation changes what it writes: the dataset's folder name changes with it. */
+export const PREPARATION_VERSION = 1;
+
+/** The folder of a prepared dataset, under ./data on disk and /data/ over HTTP. */
+export function datasetName(vocabSize: number): string {
+  return `sotu-brown-v${PREPARATION_VERSION}-bpe${vocabSize}`;
+}

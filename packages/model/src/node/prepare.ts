@@ -4,11 +4,12 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from 'node:path';
 import { Tokenizer, type TokenizerJSON } from '../tokenizer/bpe';
 import { trainBpe } from '../tokenizer/train';
-import type { DataManifest, ShardInfo } from '../data/manifest';
+import { PREPARATION_VERSION, datasetName, type DataManifest, type ShardInfo } from '../data/manifest';
+
+export { PREPARATION_VERSION, datasetName };
 import { readBrown, readSotu, type Document } from './corpus';
 
 /** Bump when the preparation's output would change for the same inputs. */
-export const PREPARATION_VERSION = 1;
 
 export interface PrepareOptions {
   /** Folder that receives `<name>/manifest.json`, `tokenizer.json` and shards. */
@@ -26,10 +27,6 @@ export interface PrepareResult {
   manifest: DataManifest;
   /** False when a matching, complete preparation was already on disk. */
   built: boolean;
-}
-
-export function datasetName(vocabSize: number): string {
-  return `sotu-brown-v${PREPARATION_VERSION}-bpe${vocabSize}`;
 }
 
 /**

@@ -1,0 +1,22 @@
+/**
+ * `@train-at-home/model/webgpu`: the boundary codec's int8 quantize and
+ * dequantize as WGSL kernels for tfjs-backend-webgpu. Browser only, and kept
+ * out of the package's main index so Node never loads it. Register and select
+ * the backend first (`import '@tensorflow/tfjs-backend-webgpu'`,
+ * `await tf.setBackend('webgpu')`); every function here throws
+ * WebGPUBackendRequiredError otherwise.
+ *
+ * Packed layout, exactness (tolerance 0) and the tie table: ./programs.ts.
+ */
+export { DequantizeRowsProgram, QuantizeRowsProgram, packedRowWords, tieTableWGSL } from './programs';
+export {
+  WebGPUBackendRequiredError,
+  codesFromFrame,
+  decodeToTensorGPU,
+  dequantizeRowsGPU,
+  encodeBoundaryGPU,
+  frameFromCodes,
+  quantizeRowsGPU,
+  requireWebGPUBackend,
+} from './codec-gpu';
+export { codecCheckData, codecKernelCheck, type CodecKernelCheck } from './check';
