@@ -1,6 +1,7 @@
 import wrtc from '@roamhq/wrtc';
 import { generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
-import { CoordinatorError, PeerMesh, coordinatorRelay, coordinatorSignals, register, request } from '@train-at-home/swarm';
+import { DATA_DIR, datasetName, loadDataset, prepareData } from '@train-at-home/model/node';
+import { CoordinatorError, MeshPort, PeerMesh, coordinatorRelay, coordinatorSignals, hostMesh, httpTokenSource, register, request, type MeshHost } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
@@ -29,7 +30,7 @@ function bytes(length: number, seed: number): Uint8Array {
 
 beforeAll(async () => {
   app = await buildApp({
-    database: await testDatabase(), run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 } });
+    database: await testDatabase(), run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 }, dataRoot: DATA_DIR });
   url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 });
 afterAll(async () => {
@@ -90,6 +91,76 @@ describe('peer mesh over WebRTC, signaled through the coordinator', () => {
     const unregistered = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
     sockets.push(unregistered);
     expect(await code(request(unregistered, 'signal', { v: PROTOCOL_VERSION, ...ok, seq: 1, signature: c.identity.sign('signal', { ...ok, seq: 1 }) }))).toBe('NOT_REGISTERED');
+  });
+});
+
+describe('the mesh across a thread boundary (a browser worker\'s miner, the page\'s WebRTC)', () => {
+  const hosts: MeshHost[] = [];
+  afterAll(() => hosts.forEach((h) => h.close()));
+
+  it('a MeshPort sends and receives through the page\'s PeerMesh: whole payloads, signals signed by the worker', async () => {
+    const a = await miner();
+    const b = await miner();
+    a.mesh.close();
+    // a's miner "lives in a worker": its mesh is a port; the page side holds the real PeerMesh.
+    const channel = new MessageChannel();
+    const host = hostMesh(channel.port1 as unknown as import('@train-at-home/swarm').PortLike, { wrtc });
+    hosts.push(host);
+    const signals = coordinatorSignals(a.socket, a.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`));
+    const port = new MeshPort(channel.port2 as unknown as import('@train-at-home/swarm').PortLike, { selfId: a.id, signals, connectTimeoutMs: 3000 });
+    const atB = new Promise<{ from: string; payload: Uint8Array; pathway: number[] }>((resolve) => b.mesh.onMessage((from, m) => resolve({ from, payload: m.payload, pathway: m.pathway })));
+    const payload = bytes(700_000, 11);
+    const sent = await port.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 2), pathway: [1] }, payload.subarray(0));
+    const got = await atB;
+    expect(got).toEqual({ from: a.id, payload, pathway: [1] });
+    expect(sent.bytes).toBe(payload.length);
+    const atA = new Promise<{ from: string; payload: Uint8Array }>((resolve) => port.onMessage((from, m) => resolve({ from, payload: m.payload })));
+    await b.mesh.send(a.id, { kind: 'gradient', runId: 1, epoch: 0, activationId: bytes(16, 2), pathway: [1, 0] }, bytes(90_000, 12));
+    expect(await atA).toEqual({ from: b.id, payload: bytes(90_000, 12) });
+    expect(host.mesh!.stats.bytesSent).toBeGreaterThan(700_000);
+    expect(app.coordinator.relayed.frameBytes).toBe(0);
+    // A send to a peer that is not there fails in the worker with the page's reason, and nothing hangs.
+    await expect(port.send('e'.repeat(64), { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 3), pathway: [] }, bytes(10, 1))).rejects.toThrow(/no connection|closed|failed/);
+  }, 60_000);
+
+  it('honours an upload cap: a 1.5 MB message at 1 MB/s takes at least half a second beyond its first second of budget', async () => {
+    const a = await miner();
+    const b = await miner();
+    a.mesh.close();
+    const channel = new MessageChannel();
+    const host = hostMesh(channel.port1 as unknown as import('@train-at-home/swarm').PortLike, { wrtc, uploadBytesPerSec: 1_000_000 });
+    hosts.push(host);
+    const port = new MeshPort(channel.port2 as unknown as import('@train-at-home/swarm').PortLike, {
+      selfId: a.id,
+      signals: coordinatorSignals(a.socket, a.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
+    });
+    await port.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 4), pathway: [] }, bytes(10, 1)); // connect first
+    const got = new Promise<Uint8Array>((resolve) => b.mesh.onMessage((_f, m) => m.payload.length > 10 && resolve(m.payload)));
+    const started = performance.now();
+    await port.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 5), pathway: [] }, bytes(1_500_000, 6));
+    expect(await got).toEqual(bytes(1_500_000, 6));
+    // The bucket starts full (1 s of budget); the remaining ~0.5 MB must wait for it to refill.
+    expect(performance.now() - started).toBeGreaterThan(400);
+    // Lifting the cap: the same message goes without waiting on the bucket.
+    host.setUploadCap(0);
+    const again = new Promise<Uint8Array>((resolve) => b.mesh.onMessage((_f, m) => m.payload.length === 1_400_000 && resolve(m.payload)));
+    await port.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 7), pathway: [] }, bytes(1_400_000, 8));
+    expect(await again).toEqual(bytes(1_400_000, 8));
+  }, 60_000);
+});
+
+describe('training tokens over HTTP (how a tab gets them)', () => {
+  it('downloads the dataset\'s training shards from /data/, hash-checked, equal to the files on disk', async () => {
+    const vocab = 320;
+    prepareData({ outDir: DATA_DIR, vocabSize: vocab });
+    const seen: number[] = [];
+    const tokens = await httpTokenSource(url, (done, total) => seen.push(done / total)).train(vocab);
+    const disk = loadDataset(`${DATA_DIR}/${datasetName(vocab)}`).train;
+    expect(tokens.length).toBe(disk.length);
+    expect(Buffer.from(tokens.buffer).equals(Buffer.from(disk.buffer, disk.byteOffset, disk.byteLength))).toBe(true);
+    expect(seen[0]).toBe(0);
+    expect(seen[seen.length - 1]).toBe(1);
+    await expect(httpTokenSource(url).train(321)).rejects.toThrow(/DataError|no dataset/);
   });
 });
 

@@ -1,5 +1,7 @@
 export * from './coordinator-client';
 export * from './mesh';
+export * from './mesh-port';
+export * from './tokens';
 export * from './microbatch';
 export * from './pipeline';
 export * from './miner';

@@ -1,12 +1,12 @@
 import * as tf from '@tensorflow/tfjs';
-import { contentHash, exportStageWeightsSync, type Stage } from '@train-at-home/model';
+import { contentHash, exportStageWeights, type Stage } from '@train-at-home/model';
 import type { MergeGo } from '@train-at-home/protocol';
 import { AllReduceError, type ButterflyNode, type Evidence, type RoundResult } from './allreduce/butterfly';
 import { OuterOptimizer } from './allreduce/outer';
 
-/** A stage's parameters as one flat vector, in its parameter order (the all-reduce's view). */
-export function readFlat(stage: Stage): Float32Array {
-  const parts = stage.specs.map((s) => stage.params[s.name]!.dataSync() as Float32Array);
+/** A stage's parameters as one flat vector, in its parameter order (the all-reduce's view); read asynchronously. */
+export async function readFlat(stage: Stage): Promise<Float32Array> {
+  const parts = (await Promise.all(stage.specs.map((s) => stage.params[s.name]!.data()))) as Float32Array[];
   const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
   for (const p of parts) {
@@ -46,10 +46,10 @@ export interface MergeOutcome {
  * just takes its weights as the anchor. A failed round changes nothing.
  */
 export async function runMerge(go: MergeGo, stage: Stage, outer: OuterOptimizer, node: ButterflyNode): Promise<MergeOutcome> {
-  const current = readFlat(stage);
-  const done = (ok: boolean, extra: Partial<MergeOutcome> = {}): MergeOutcome => ({
+  const current = await readFlat(stage);
+  const done = async (ok: boolean, extra: Partial<MergeOutcome> = {}): Promise<MergeOutcome> => ({
     ok,
-    hash: contentHash(exportStageWeightsSync(stage)),
+    hash: contentHash(await exportStageWeights(stage)),
     clipped: 0,
     evidence: [],
     ...extra,

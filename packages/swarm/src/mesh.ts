@@ -26,7 +26,12 @@ export interface MeshOptions {
   highWaterBytes?: number;
   /** How long a connection may take before it is abandoned. */
   connectTimeoutMs?: number;
+  /** The contributor's upload cap, read before every chunk (Infinity or absent: none). */
+  uploadBytesPerSec?: () => number;
 }
+
+/** What a miner needs of its mesh: the PeerMesh itself, or a MeshPort to one on another thread. */
+export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close'>;
 
 export class MeshError extends Error {
   override name = 'MeshError';
@@ -120,11 +125,31 @@ export class PeerMesh {
         await new Promise((r) => setTimeout(r, 5));
       }
       if (link.peer.destroyed) throw new MeshError(`connection to ${peerId} closed while sending`);
+      await this.throttle(chunk.length);
+      if (link.peer.destroyed) throw new MeshError(`connection to ${peerId} closed while sending`);
       link.peer.send(chunk);
       this.stats.bytesSent += chunk.length;
     }
     this.stats.messagesSent++;
     return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
+  }
+
+  /** Upload cap: a token bucket holding at most one second of budget. */
+  private bucket = { tokens: 0, at: 0 };
+  private async throttle(bytes: number): Promise<void> {
+    const rate = this.options.uploadBytesPerSec?.() ?? Infinity;
+    if (!(rate > 0) || rate === Infinity) return;
+    for (;;) {
+      const now = performance.now();
+      this.bucket.tokens = Math.min(rate, this.bucket.tokens + ((now - this.bucket.at) / 1000) * rate);
+      this.bucket.at = now;
+      // A chunk larger than a second's budget goes when the bucket is full (and leaves it in debt).
+      if (this.bucket.tokens >= Math.min(bytes, rate)) {
+        this.bucket.tokens -= bytes;
+        return;
+      }
+      await new Promise((r) => setTimeout(r, Math.max(5, ((Math.min(bytes, rate) - this.bucket.tokens) / rate) * 1000)));
+    }
   }
 
   private sendRelayed(peerId: string, header: FrameHeader, payload: Uint8Array): { bytes: number; payloadHash: string } {

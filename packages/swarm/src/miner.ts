@@ -1,12 +1,12 @@
-import { BatchSampler, PRESETS, Stage, contentHash, exportStageWeightsSync, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { BatchSampler, PRESETS, Stage, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
 import { PROTOCOL_VERSION, verifySignature, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { OuterOptimizer } from './allreduce/outer';
 import { readFlat, runMerge, type MergeOutcome } from './merge';
 import { io, type Socket } from 'socket.io-client';
 import { coordinatorSignals, register, request, type Registration } from './coordinator-client';
-import { PeerMesh } from './mesh';
-import { PipelineWorker } from './pipeline';
+import { PeerMesh, type Mesh, type MeshOptions } from './mesh';
+import { PipelineWorker, type BoundaryDeviceCodec } from './pipeline';
 
 /** Where a first-stage miner gets training tokens (disk in Node, HTTP ranges in a browser). */
 export interface TokenSource {
@@ -21,6 +21,10 @@ export interface MinerOptions {
   tokens: TokenSource;
   /** A WebRTC implementation for Node; browsers pass nothing. */
   wrtc?: object;
+  /** The int8 boundary codec on the compute device (a tab's WGSL kernels on WebGPU). */
+  deviceCodec?: BoundaryDeviceCodec;
+  /** Makes this miner's mesh (default: a PeerMesh here; a browser worker passes a MeshPort to the page's). */
+  createMesh?: (options: MeshOptions) => Mesh;
   /** How often to tell the coordinator this miner is alive. */
   heartbeatMs?: number;
   /** A neighbour absent from the stage map this long is taken to have left. */
@@ -44,6 +48,36 @@ export interface MinerOptions {
   tamperAllReduce?: (to: string, message: Uint8Array) => Uint8Array;
 }
 
+/** What a miner is doing right now, for the person whose machine it is. */
+export type MinerPhase = 'registering' | 'downloading' | 'waiting' | 'training' | 'merging' | 'idle' | 'stopped';
+
+export interface MinerStatus {
+  phase: MinerPhase;
+  /** Why it is waiting or idle (never 'training' while idle). */
+  why?: string;
+  minerId?: string;
+  stage?: number;
+  stages?: number;
+  /** Other miners on this stage, and on the stages before and after it. */
+  peers: { replicas: string[]; previous: string[]; next: string[] };
+  microbatches: number;
+  tokens: number;
+  /** Over the last 20 seconds of work. */
+  tokensPerSec: number;
+  /** Boundary payloads this miner sent and received. */
+  bytesSent: number;
+  bytesReceived: number;
+  /** What the same tensors would have cost as fp32 at full width (no bottleneck, no int8). */
+  uncompressedBytes: number;
+  /** The last loss this miner computed (last stage) and the stage's merges. */
+  lastLoss?: number;
+  merges: number;
+  /** A long step under way (weights or data download), as a fraction. */
+  progress?: { label: string; done: number; total: number };
+  /** Hash of the checkpoint this miner's stage started from (absent: from the run's initial weights). */
+  resumedFrom?: string;
+}
+
 type RunLayout = Registration['layout'] & {
   preset: PresetName;
   seed: number;
@@ -58,7 +92,7 @@ type RunLayout = Registration['layout'] & {
  */
 export class Miner {
   private socket?: Socket;
-  private mesh?: PeerMesh;
+  private mesh?: Mesh;
   private worker?: PipelineWorker;
   private model?: Stage;
   private outer?: OuterOptimizer;
@@ -85,7 +119,92 @@ export class Miner {
   completed = 0;
   resubmitted = 0;
 
+  private phase: MinerPhase = 'registering';
+  private progress?: MinerStatus['progress'];
+  private readonly traffic = { sent: 0, received: 0, uncompressed: 0 };
+  private lastLoss?: number;
+  private lastWorkAt = 0;
+  /** (time, tokens) samples of the last 20 s, for tokens/s. */
+  private readonly rate: Array<[number, number]> = [];
+
   constructor(private readonly o: MinerOptions) {}
+
+  /** What this miner is doing now: phase (and why, when waiting or idle), stage, peers, work and traffic. */
+  get status(): MinerStatus {
+    const r = this.registration;
+    const stats = this.worker?.stats;
+    const stage = r?.stage;
+    const map = this.stageMap;
+    const peers = {
+      replicas: stage === undefined ? [] : (map[stage] ?? []).filter((id) => id !== r?.minerId),
+      previous: stage === undefined || stage === 0 ? [] : (map[stage - 1] ?? []),
+      next: stage === undefined ? [] : (map[stage + 1] ?? []),
+    };
+    const now = performance.now();
+    while (this.rate.length > 1 && now - this.rate[0]![0] > 20_000) this.rate.shift();
+    const first = this.rate[0];
+    const last = this.rate[this.rate.length - 1];
+    const tokensPerSec = first && last && last[0] > first[0] ? ((last[1] - first[1]) / (last[0] - first[0])) * 1000 : 0;
+    let phase = this.phase;
+    let why: string | undefined;
+    if (phase === 'training') {
+      if (this.merging) phase = 'merging';
+      else if (r && stage !== undefined && stage > 0 && peers.previous.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage - 1} yet`];
+      else if (r && stage !== undefined && stage < r.layout.stages - 1 && peers.next.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage + 1} yet`];
+      else if (now - this.lastWorkAt > 5_000) {
+        phase = 'idle';
+        why = this.lastWorkAt === 0 ? 'connected; waiting for the first microbatch to reach this stage' : `no microbatch for ${Math.round((now - this.lastWorkAt) / 1000)} s: the pipeline is waiting on a slower or departed peer`;
+      }
+    }
+    return {
+      phase,
+      ...(why ? { why } : {}),
+      minerId: r?.minerId,
+      stage,
+      stages: r?.layout.stages,
+      peers,
+      microbatches: stats?.microbatches ?? 0,
+      tokens: stats?.tokens ?? 0,
+      tokensPerSec,
+      bytesSent: this.traffic.sent,
+      bytesReceived: this.traffic.received,
+      uncompressedBytes: this.traffic.uncompressed,
+      ...(this.lastLoss !== undefined ? { lastLoss: this.lastLoss } : {}),
+      merges: this.merges.length,
+      ...(this.progress ? { progress: this.progress } : {}),
+      ...(this.resumedFrom ? { resumedFrom: this.resumedFrom } : {}),
+    };
+  }
+
+  /** Reads a response body, reporting progress under `label`. */
+  private async download(res: Response, label: string): Promise<Uint8Array> {
+    const total = Number(res.headers.get('content-length') ?? 0);
+    if (!res.body) return new Uint8Array(await res.arrayBuffer());
+    const parts: Uint8Array[] = [];
+    let done = 0;
+    this.progress = { label, done, total };
+    const reader = res.body.getReader();
+    for (;;) {
+      const { done: end, value } = await reader.read();
+      if (end) break;
+      parts.push(value);
+      done += value.length;
+      this.progress = { label, done, total: Math.max(total, done) };
+    }
+    this.progress = undefined;
+    const out = new Uint8Array(done);
+    let at = 0;
+    for (const p of parts) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  }
+
+  /** Reports a long step's progress (the token source's download, for one). */
+  setProgress(progress: MinerStatus['progress'] | undefined): void {
+    this.progress = progress;
+  }
 
   get stats(): PipelineWorker['stats'] | undefined {
     return this.worker?.stats;
@@ -119,11 +238,12 @@ export class Miner {
     const { minerId, stage, layout } = registration;
     log(`registered as ${minerId.slice(0, 8)}…, stage ${stage} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}${layout.int8 ? ', int8' : ''})`);
 
-    this.mesh = new PeerMesh({
+    const meshOptions: MeshOptions = {
       selfId: minerId,
       wrtc: this.o.wrtc,
       signals: coordinatorSignals(socket, this.o.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
-    });
+    };
+    this.mesh = this.o.createMesh ? this.o.createMesh(meshOptions) : new PeerMesh(meshOptions);
     this.mesh.onMessage((from, message) => {
       if (message.kind === 'partition') this.butterfly?.deliver(from, message.payload);
     });
@@ -160,14 +280,17 @@ export class Miner {
     const config = PRESETS[layout.preset];
     const model = new Stage(stageSpecs(config, layout)[stage]!, layout.seed);
     this.model = model;
+    this.phase = 'downloading';
     const latest = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${stage}/latest`);
     if (latest.ok) {
-      importStageWeights(model, new Uint8Array(await latest.arrayBuffer()));
+      importStageWeights(model, await this.download(latest, `stage ${stage} weights`));
       this.resumedFrom = latest.headers.get('x-content-hash') ?? 'unknown';
       log(`loaded stage ${stage}'s latest checkpoint (${this.resumedFrom.slice(0, 12)})`);
     }
-    this.outer = new OuterOptimizer(readFlat(model));
+    this.outer = new OuterOptimizer(await readFlat(model));
+    if (this.model !== model) return; // moved again meanwhile
     this.sinceMerge = 0;
+    this.phase = 'training';
     this.butterfly = new ButterflyNode(
       minerId,
       async (to, bytes) => {
@@ -186,10 +309,22 @@ export class Miner {
       epoch: () => 0,
       ...layout.training,
       microbatchTimeoutMs: this.o.microbatchTimeoutMs,
-      onLoss: (r) => this.report('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss }),
-      onTransfer: (t) => this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t }),
+      onLoss: (r) => {
+        this.lastLoss = r.loss;
+        this.report('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss });
+      },
+      onTransfer: (t) => {
+        if (t.from === minerId) this.traffic.sent += t.bytes;
+        else this.traffic.received += t.bytes;
+        this.traffic.uncompressed += layout.training.batchSize * config.contextLength * config.dModel * 4;
+        this.lastWorkAt = performance.now();
+        this.rate.push([this.lastWorkAt, this.worker?.stats.tokens ?? 0]);
+        if (this.rate.length > 1000) this.rate.shift();
+        this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t });
+      },
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: () => this.sinceMerge++,
+      deviceCodec: this.o.deviceCodec,
     });
     this.worker = worker;
     if (stage === 0) void this.feed(config.contextLength, layout, worker);
@@ -310,7 +445,10 @@ export class Miner {
 
   /** Stage 0: keeps maxInFlight microbatches in the pipeline until stopped. */
   private async feed(time: number, layout: RunLayout, worker: PipelineWorker): Promise<void> {
+    this.phase = 'downloading';
     const tokens = await this.o.tokens.train(PRESETS[layout.preset].vocabSize);
+    if (this.worker !== worker) return;
+    this.phase = 'training';
     const sampler = new BatchSampler(tokens, layout.training.batchSize, time, this.o.dataSeed ?? Math.floor(Math.random() * 2 ** 31));
     // Wait for a miner on the next stage.
     while (this.running && (this.stageMap[1]?.length ?? 0) === 0) await new Promise((r) => setTimeout(r, 100));
@@ -338,7 +476,7 @@ export class Miner {
 
   /** Sends the stage's merged weights to the coordinator as its checkpoint for that round, signed. */
   private async upload(registration: Registration, step: number): Promise<void> {
-    const bytes = exportStageWeightsSync(this.model!);
+    const bytes = await exportStageWeights(this.model!);
     const signed = { runId: registration.runId, stage: registration.stage, step, hash: contentHash(bytes) };
     try {
       const res = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${registration.stage}`, {
@@ -355,6 +493,7 @@ export class Miner {
 
   stop(): void {
     this.running = false;
+    this.phase = 'stopped';
     this.endMerge();
     clearInterval(this.heartbeat);
     clearTimeout(this.reconnectTimer);

@@ -1,7 +1,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   AdamW,
-  clipByGlobalNorm,
+  clipByGlobalNormOnDevice,
   cosineSchedule,
   decodeBoundary,
   encodeBoundary,
@@ -11,14 +11,14 @@ import {
   type TokenBatch,
 } from '@train-at-home/model';
 import type { AssembledMessage } from '@train-at-home/protocol';
-import type { PeerMesh } from './mesh';
+import type { Mesh } from './mesh';
 import { decodeMicrobatch, encodeMicrobatch } from './microbatch';
 
 export interface PipelineWorkerOptions {
   selfId: string;
   stage: Stage;
   runId: number;
-  mesh: PeerMesh;
+  mesh: Mesh;
   /** Miners holding the next stage; the worker sends to the one with the fewest microbatches outstanding. */
   nextPeers: () => string[];
   /**
@@ -46,6 +46,18 @@ export interface PipelineWorkerOptions {
   onStep?: (step: number) => void;
   /** A message from a peer that failed its checks: dropped, and reported. */
   onReject?: (from: string, reason: string) => void;
+  /**
+   * The int8 boundary codec on the backend's own device (the tab's WGSL
+   * kernels on WebGPU): encodes a tensor to the same frame bytes as
+   * encodeBoundary, and decodes a frame straight to a tensor. Absent: the
+   * JS codec on downloaded values.
+   */
+  deviceCodec?: BoundaryDeviceCodec;
+}
+
+export interface BoundaryDeviceCodec {
+  encode(x: tf.Tensor2D): Promise<Uint8Array>;
+  decode(frame: Uint8Array, rows: number, cols: number): tf.Tensor2D;
 }
 
 interface Pending {
@@ -110,6 +122,20 @@ export class PipelineWorker {
     });
   }
 
+  /** A boundary tensor to frame bytes: on the device when it has a codec (int8 only), else in JS. */
+  private async encode(x: tf.Tensor2D): Promise<Uint8Array> {
+    if (this.o.deviceCodec && this.precision === 'int8') return this.o.deviceCodec.encode(x);
+    const [rows, cols] = x.shape;
+    return encodeBoundary({ rows, cols, data: (await x.data()) as Float32Array }, this.precision);
+  }
+
+  /** Frame bytes (checked: header, shape, precision, finite scales) to a tensor. */
+  private decode(bytes: Uint8Array, rows: number, cols: number): tf.Tensor2D {
+    if (this.o.deviceCodec && this.precision === 'int8') return this.o.deviceCodec.decode(bytes, rows, cols);
+    const frame = decodeBoundary(bytes, { rows, cols, precision: this.precision });
+    return tf.tensor2d(frame.data, [rows, cols]);
+  }
+
   /** Stage 0: runs one microbatch through the pipeline; resolves when its gradient is back and applied. */
   submit(batch: TokenBatch): Promise<void> {
     if (!this.o.stage.spec.isFirst) throw new Error('only the first stage takes token batches');
@@ -158,8 +184,7 @@ export class PipelineWorker {
     });
     if (mb.pathway[mb.pathway.length - 1] !== from) throw new Error('pathway does not end with the sender');
     const rows = mb.batch * mb.time;
-    const frame = decodeBoundary(mb.frame, { rows, cols: spec.inputWidth, precision: this.precision });
-    const input: StageInput = { batch: mb.batch, time: mb.time, x: tf.tensor2d(frame.data, [rows, spec.inputWidth]) };
+    const input: StageInput = { batch: mb.batch, time: mb.time, x: this.decode(mb.frame, rows, spec.inputWidth) };
     const entry: Pending = { input, from };
     const key = hex(message.activationId);
     if (this.pending.has(key)) throw new Error('activation id already in flight');
@@ -178,8 +203,7 @@ export class PipelineWorker {
     if (!entry || entry.to !== from) throw new Error('gradient for no activation this miner sent to that peer (or one it gave up on)');
     const spec = this.o.stage.spec;
     const rows = entry.input.batch * entry.input.time;
-    const frame = decodeBoundary(message.payload, { rows, cols: spec.outputWidth, precision: this.precision });
-    const outputGrad = tf.tensor2d(frame.data, [rows, spec.outputWidth]);
+    const outputGrad = this.decode(message.payload, rows, spec.outputWidth);
     this.outstanding.set(from, Math.max(0, (this.outstanding.get(from) ?? 1) - 1));
     await this.backwardAndSend(message.activationId, entry, outputGrad, undefined);
     outputGrad.dispose();
@@ -188,8 +212,7 @@ export class PipelineWorker {
   private async forwardAndSend(activationId: Uint8Array, entry: Pending, targets: Int32Array, pathway: string[]): Promise<void> {
     const started = performance.now();
     const out = this.o.stage.forward(entry.input);
-    const [rows, cols] = out.shape as [number, number];
-    const frame = encodeBoundary({ rows, cols, data: (await out.data()) as Float32Array }, this.precision);
+    const frame = await this.encode(out as tf.Tensor2D);
     out.dispose();
     this.stats.computeMs += performance.now() - started;
     const to = this.pickNext();
@@ -202,18 +225,17 @@ export class PipelineWorker {
 
   private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined): Promise<void> {
     const started = performance.now();
-    const result = this.o.stage.backward(entry.input, outputGrad);
-    const clipped = clipByGlobalNorm(result.grads, this.o.clipNorm ?? 1);
-    this.optimizer.apply(clipped.grads, this.lr(this.step));
-    tf.dispose(Object.values(clipped.grads));
+    const result = await this.o.stage.backwardAsync(entry.input, outputGrad);
+    const clipped = clipByGlobalNormOnDevice(result.grads, this.o.clipNorm ?? 1);
+    this.optimizer.apply(clipped, this.lr(this.step));
+    tf.dispose(Object.values(clipped));
     this.step++;
     this.o.onStep?.(this.step);
     this.stats.microbatches++;
     this.stats.tokens += entry.input.batch * entry.input.time;
     let gradFrame: Uint8Array | undefined;
     if (result.inputGrad) {
-      const [rows, cols] = result.inputGrad.shape;
-      gradFrame = encodeBoundary({ rows, cols, data: (await result.inputGrad.data()) as Float32Array }, this.precision);
+      gradFrame = await this.encode(result.inputGrad as tf.Tensor2D);
       result.inputGrad.dispose();
     }
     this.stats.computeMs += performance.now() - started;

@@ -1,0 +1,194 @@
+import { FrameError, type AssembledMessage, type FrameErrorCode, type FrameHeader } from '@train-at-home/protocol';
+import { PeerMesh, type Mesh, type MeshOptions, type SignalTransport } from './mesh';
+
+/**
+ * The peer mesh across a thread boundary. Browsers give WebRTC to the page
+ * only (a dedicated worker has no RTCPeerConnection), while the miner trains
+ * in a Web Worker. So the worker's miner talks to a `MeshPort`, and the page
+ * runs the one real `PeerMesh` (`hostMesh`): data channels, framing,
+ * backpressure, reassembly and hash checks all stay in that shared code. What
+ * crosses the port is whole messages (payloads transferred, not copied) and
+ * the signals, which the worker signs and relays through its coordinator socket.
+ */
+
+/** The part of a Worker, a worker's global scope or a MessagePort this needs. */
+export interface PortLike {
+  postMessage(message: unknown, transfer?: Transferable[]): void;
+  addEventListener(type: 'message', listener: (event: MessageEvent) => void): void;
+  start?: () => void;
+}
+
+type SignalKind = 'offer' | 'answer' | 'candidate';
+
+/** Worker → page. */
+export type ToHost =
+  | { mesh: 'init'; selfId: string; highWaterBytes?: number; connectTimeoutMs?: number }
+  | { mesh: 'send'; id: number; peerId: string; header: FrameHeader; payload: Uint8Array }
+  | { mesh: 'close'; peerId?: string }
+  | { mesh: 'signal-in'; from: string; kind: SignalKind; payload: string };
+
+/** Page → worker. */
+export type ToWorker =
+  | { mesh: 'sent'; id: number; bytes: number; payloadHash: string }
+  | { mesh: 'send-failed'; id: number; error: string }
+  | { mesh: 'message'; from: string; message: AssembledMessage }
+  | { mesh: 'reject'; from: string; code: string; error: string }
+  | { mesh: 'signal-out'; to: string; kind: SignalKind; payload: string }
+  | { mesh: 'stats'; stats: PeerMesh['stats'] };
+
+/** A detached copy of a view's bytes, so its buffer can be transferred. */
+function own(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength && bytes.buffer instanceof ArrayBuffer ? bytes : bytes.slice();
+}
+
+/** The worker's side: a Mesh whose connections live on the other side of `port`. */
+export class MeshPort implements Mesh {
+  private readonly handlers: Array<(from: string, message: AssembledMessage) => void> = [];
+  private readonly rejectHandlers: Array<(from: string, error: FrameError) => void> = [];
+  private readonly waiting = new Map<number, { resolve: (r: { bytes: number; payloadHash: string }) => void; reject: (e: Error) => void }>();
+  private nextId = 0;
+  private closed = false;
+  /** Bytes on the wire, as the page's mesh counts them (updated about once a second). */
+  stats: PeerMesh['stats'] = { bytesSent: 0, bytesReceived: 0, messagesSent: 0, messagesReceived: 0 };
+
+  constructor(
+    private readonly port: PortLike,
+    options: Pick<MeshOptions, 'selfId' | 'signals' | 'highWaterBytes' | 'connectTimeoutMs'>,
+  ) {
+    options.signals.onSignal((from, kind, payload) => this.post({ mesh: 'signal-in', from, kind, payload }));
+    port.addEventListener('message', (event) => {
+      const m = event.data as ToWorker | undefined;
+      if (!m || typeof m !== 'object' || !('mesh' in m)) return;
+      switch (m.mesh) {
+        case 'sent':
+        case 'send-failed': {
+          const w = this.waiting.get(m.id);
+          this.waiting.delete(m.id);
+          if (m.mesh === 'sent') w?.resolve({ bytes: m.bytes, payloadHash: m.payloadHash });
+          else w?.reject(new Error(m.error));
+          break;
+        }
+        case 'message':
+          if (!this.closed) for (const h of this.handlers) h(m.from, m.message);
+          break;
+        case 'reject':
+          for (const h of this.rejectHandlers) h(m.from, new FrameError(m.code as FrameErrorCode, m.error.replace(`${m.code}: `, '')));
+          break;
+        case 'signal-out':
+          if (!this.closed) options.signals.send(m.to, m.kind, m.payload);
+          break;
+        case 'stats':
+          this.stats = m.stats;
+          break;
+      }
+    });
+    port.start?.();
+    this.post({ mesh: 'init', selfId: options.selfId, highWaterBytes: options.highWaterBytes, connectTimeoutMs: options.connectTimeoutMs });
+  }
+
+  onMessage(handler: (from: string, message: AssembledMessage) => void): void {
+    this.handlers.push(handler);
+  }
+
+  onReject(handler: (from: string, error: FrameError) => void): void {
+    this.rejectHandlers.push(handler);
+  }
+
+  send(peerId: string, header: FrameHeader, payload: Uint8Array): Promise<{ bytes: number; payloadHash: string }> {
+    if (this.closed) return Promise.reject(new Error('the mesh is closed'));
+    const id = this.nextId++;
+    // Copies: the caller may still hold these views (the page's side, not the caller, owns what it transfers).
+    const body = payload.slice();
+    const activationId = header.activationId.slice();
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.post({ mesh: 'send', id, peerId, header: { ...header, activationId }, payload: body }, [body.buffer as ArrayBuffer]);
+    });
+  }
+
+  close(peerId?: string): void {
+    this.post({ mesh: 'close', peerId });
+    if (peerId) return;
+    this.closed = true;
+    for (const w of this.waiting.values()) w.reject(new Error('the mesh is closed'));
+    this.waiting.clear();
+  }
+
+  private post(m: ToHost, transfer: Transferable[] = []): void {
+    this.port.postMessage(m, transfer);
+  }
+}
+
+export interface MeshHost {
+  /** The page's mesh of the current miner (a new one after each `init`). */
+  readonly mesh: PeerMesh | undefined;
+  /** Upload cap in bytes per second (0 or Infinity: none); can change at any time. */
+  setUploadCap(bytesPerSecond: number): void;
+  close(): void;
+}
+
+/**
+ * The page's side: owns the real PeerMesh for the miner in the worker behind
+ * `port`. A new `init` (the miner restarted) replaces the previous mesh.
+ */
+export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPerSec?: number } = {}): MeshHost {
+  let mesh: PeerMesh | undefined;
+  let signalHandler: ((from: string, kind: SignalKind, payload: string) => void) | undefined;
+  let cap = options.uploadBytesPerSec ?? Infinity;
+  const post = (m: ToWorker, transfer: Transferable[] = []): void => port.postMessage(m, transfer);
+  const stats = setInterval(() => mesh && post({ mesh: 'stats', stats: { ...mesh.stats } }), 1000);
+  port.addEventListener('message', (event) => {
+    const m = event.data as ToHost | undefined;
+    if (!m || typeof m !== 'object' || !('mesh' in m)) return;
+    switch (m.mesh) {
+      case 'init': {
+        mesh?.close();
+        const signals: SignalTransport = {
+          send: (to, kind, payload) => post({ mesh: 'signal-out', to, kind, payload }),
+          onSignal: (h) => (signalHandler = h),
+        };
+        const created = new PeerMesh({ selfId: m.selfId, signals, wrtc: options.wrtc, highWaterBytes: m.highWaterBytes, connectTimeoutMs: m.connectTimeoutMs, uploadBytesPerSec: () => cap });
+        created.onMessage((from, message) => {
+          if (mesh !== created) return;
+          const payload = own(message.payload);
+          post({ mesh: 'message', from, message: { ...message, payload } }, [payload.buffer as ArrayBuffer]);
+        });
+        created.onReject((from, e) => post({ mesh: 'reject', from, code: e.code, error: e.message }));
+        mesh = created;
+        break;
+      }
+      case 'send': {
+        const target = mesh;
+        if (!target) {
+          post({ mesh: 'send-failed', id: m.id, error: 'no mesh: the worker sent before init' });
+          break;
+        }
+        target.send(m.peerId, m.header, m.payload).then(
+          (r) => post({ mesh: 'sent', id: m.id, ...r }),
+          (e: Error) => post({ mesh: 'send-failed', id: m.id, error: e.message }),
+        );
+        break;
+      }
+      case 'close':
+        mesh?.close(m.peerId);
+        break;
+      case 'signal-in':
+        signalHandler?.(m.from, m.kind, m.payload);
+        break;
+    }
+  });
+  port.start?.();
+  return {
+    get mesh() {
+      return mesh;
+    },
+    setUploadCap(bytesPerSecond) {
+      cap = bytesPerSecond > 0 ? bytesPerSecond : Infinity;
+    },
+    close() {
+      clearInterval(stats);
+      mesh?.close();
+      mesh = undefined;
+    },
+  };
+}
