@@ -1,0 +1,200 @@
+import { useEffect, useState } from 'react';
+import type { TabState } from './tab/useTab';
+import { useTab } from './tab/useTab';
+
+const PHASE_TEXT: Record<string, string> = {
+  registering: 'Joining the run',
+  downloading: 'Downloading',
+  waiting: 'Waiting for peers',
+  training: 'Training',
+  merging: 'Merging weights with the other replicas',
+  idle: 'Idle',
+  stopped: 'Stopped',
+};
+
+function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+function Progress({ label, done, total }: { label: string; done: number; total: number }) {
+  const pct = total > 0 ? Math.min(100, (done / total) * 100) : 0;
+  return (
+    <div className="progress" data-testid="progress">
+      <div className="progress-label">
+        {label}: {total > 0 ? `${pct.toFixed(0)}%` : bytes(done)}
+      </div>
+      <progress max={100} value={pct} />
+    </div>
+  );
+}
+
+/** The run as the coordinator reports it: its name, model, miners and latest held-out loss. */
+function useRun(): { name?: string; preset?: string; stages?: number; miners?: number; heldOut?: number } {
+  const [run, setRun] = useState<ReturnType<typeof useRun>>({});
+  useEffect(() => {
+    let stop = false;
+    const poll = async (): Promise<void> => {
+      try {
+        const [status, metrics] = await Promise.all([fetch('/api/status').then((r) => r.json()), fetch('/api/metrics').then((r) => r.json())]);
+        const held = metrics.heldOutLoss as Array<{ value: number }>;
+        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, heldOut: held.length ? held[held.length - 1]!.value : undefined });
+      } catch {
+        // the coordinator is away; the tab keeps training and the worker reconnects
+      }
+      if (!stop) setTimeout(poll, 5000);
+    };
+    void poll();
+    return () => {
+      stop = true;
+    };
+  }, []);
+  return run;
+}
+
+function Status({ tab }: { tab: TabState }) {
+  const s = tab.status;
+  const phase = s?.phase ?? (tab.probing || !tab.probe ? 'probing' : 'registering');
+  const saved = s && s.uncompressedBytes > 0 ? 1 - (s.bytesSent + s.bytesReceived) / s.uncompressedBytes : undefined;
+  return (
+    <section className="card">
+      <h2>
+        This tab: <span data-testid="phase" data-phase={phase}>{phase === 'probing' ? 'Measuring this device' : PHASE_TEXT[phase]}</span>
+      </h2>
+      {s?.why && <p className="why" data-testid="why">{s.why}</p>}
+      {tab.probing && <Progress label={`Trying ${tab.probing.backend}`} done={tab.probing.done} total={tab.probing.total} />}
+      {s?.progress && <Progress {...s.progress} />}
+      <dl className="grid">
+        <dt>Stage</dt>
+        <dd data-testid="stage">{s?.stage !== undefined ? `${s.stage + 1} of ${s.stages}` : '—'}</dd>
+        <dt>Peers</dt>
+        <dd data-testid="peers">
+          {s ? `${s.peers.previous.length} upstream, ${s.peers.replicas.length} replica(s), ${s.peers.next.length} downstream` : '—'}
+        </dd>
+        <dt>Microbatches</dt>
+        <dd data-testid="microbatches">{s?.microbatches ?? 0}</dd>
+        <dt>Tokens/s</dt>
+        <dd data-testid="tokens-per-sec">{s ? s.tokensPerSec.toFixed(0) : '—'}</dd>
+        <dt>Sent / received</dt>
+        <dd data-testid="traffic">{s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)}` : '—'}</dd>
+        <dt>Compression saved</dt>
+        <dd data-testid="saved">{saved !== undefined ? `${(saved * 100).toFixed(1)}% (${bytes(s!.uncompressedBytes)} uncompressed)` : '—'}</dd>
+        <dt>Loss</dt>
+        <dd data-testid="loss">{s?.lastLoss !== undefined ? s.lastLoss.toFixed(3) : s?.stage !== undefined && s.stages !== undefined && s.stage < s.stages - 1 ? 'computed by the last stage' : '—'}</dd>
+        <dt>Started from</dt>
+        <dd data-testid="resumed">{s?.resumedFrom ? `checkpoint ${s.resumedFrom.slice(0, 12)}…` : s?.stage !== undefined ? 'the run\'s initial weights' : '—'}</dd>
+        <dt>Merges</dt>
+        <dd data-testid="merges">{s?.merges ?? 0}</dd>
+        <dt>Earnings</dt>
+        <dd data-testid="earnings">— (paid from the ledger once it opens)</dd>
+      </dl>
+    </section>
+  );
+}
+
+function Backend({ tab }: { tab: TabState }) {
+  if (!tab.probe) return null;
+  return (
+    <section className="card">
+      <h2>
+        Compute: <span data-testid="backend">{tab.status?.backend ?? tab.probe.chosen}</span>
+      </h2>
+      <p data-testid="backend-why">{tab.probe.why}</p>
+      <table>
+        <tbody>
+          {tab.probe.results.map((r) => (
+            <tr key={r.backend}>
+              <td>{r.backend}</td>
+              <td>{r.ms !== undefined ? `${r.ms.toFixed(0)} ms` : r.error}</td>
+              <td>{r.fallbackAdapter ? 'software adapter' : ''}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {tab.kernelCheck && (
+        <p data-testid="kernel-check" data-ok={String(!!tab.kernelCheck.result?.ok)}>
+          WGSL int8 codec kernel:{' '}
+          {tab.kernelCheck.result
+            ? `${tab.kernelCheck.result.framesEqual ? 'frames byte-identical to' : 'frames differ from'} the WASM path (scales ${tab.kernelCheck.result.scalesEqual ? 'equal' : 'differ'}, largest int8 difference ${tab.kernelCheck.result.maxValueDiff}), ${tab.kernelCheck.result.ms.toFixed(0)} ms`
+            : `not available (${tab.kernelCheck.error})`}
+        </p>
+      )}
+    </section>
+  );
+}
+
+export function TrainPage() {
+  const tab = useTab();
+  // For drills and tests: lose the GPU device as a driver reset would.
+  (window as unknown as { trainAtHome?: object }).trainAtHome = { loseDevice: tab.loseDevice };
+  const run = useRun();
+  const [cap, setCap] = useState('');
+  return (
+    <main>
+      <header>
+        <h1>Train at Home</h1>
+        <p className="lede">
+          Lend this tab to a language model that thousands of people train together. Press Join: the tab measures your device, takes a slice of the
+          model and trains it with its peers. No install, no account.
+        </p>
+      </header>
+      <section className="card run" data-testid="run">
+        Run <strong>{run.name ?? '…'}</strong> ({run.preset ?? '…'}, {run.stages ?? '…'} stages), {run.miners ?? '…'} miners active, held-out loss{' '}
+        <strong data-testid="heldout">{run.heldOut !== undefined ? run.heldOut.toFixed(3) : '—'}</strong>
+      </section>
+      <section className="controls">
+        {!tab.joined && (
+          <button data-testid="join" onClick={tab.join}>
+            Join
+          </button>
+        )}
+        {tab.joined && !tab.paused && (
+          <button data-testid="pause" onClick={tab.pause}>
+            Pause
+          </button>
+        )}
+        {tab.joined && tab.paused && (
+          <button data-testid="resume" onClick={tab.resume}>
+            Resume
+          </button>
+        )}
+        {tab.joined && (
+          <button data-testid="leave" onClick={tab.leave}>
+            Leave
+          </button>
+        )}
+        <label>
+          Upload cap (MB/s){' '}
+          <input
+            data-testid="upload-cap"
+            type="number"
+            min={0}
+            step={0.1}
+            placeholder="none"
+            value={cap}
+            onChange={(e) => {
+              setCap(e.target.value);
+              tab.setUploadCap(Number(e.target.value) || 0);
+            }}
+          />
+        </label>
+      </section>
+      {tab.error && (
+        <p className="error" data-testid="error">
+          {tab.error}
+        </p>
+      )}
+      {tab.joined && <Status tab={tab} />}
+      <Backend tab={tab} />
+      {tab.notices.length > 0 && (
+        <section className="card log">
+          {tab.notices.map((n, i) => (
+            <div key={i}>{n}</div>
+          ))}
+        </section>
+      )}
+    </main>
+  );
+}

@@ -1,0 +1,27 @@
+import { StrictMode } from 'react';
+import { createRoot } from 'react-dom/client';
+import { TrainPage } from './TrainPage';
+import type { LocalBenchResult } from './tab/bench';
+import type { FromTabWorker, TabBackend } from './tab/messages';
+import './style.css';
+
+/** bench/browser drives this: the whole model in a fresh worker on one backend. */
+function benchLocal(o: { backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number }): Promise<LocalBenchResult> {
+  const worker = new Worker(new URL('./tab/worker.ts', import.meta.url), { type: 'module' });
+  return new Promise<LocalBenchResult>((resolve, reject) => {
+    worker.addEventListener('message', (e: MessageEvent<FromTabWorker>) => {
+      if (e.data?.ev !== 'bench') return;
+      worker.terminate();
+      if (e.data.result) resolve(e.data.result);
+      else reject(new Error(e.data.error));
+    });
+    worker.postMessage({ cmd: 'bench', ...o });
+  });
+}
+(window as unknown as { trainAtHomeBench?: object }).trainAtHomeBench = { benchLocal };
+
+createRoot(document.getElementById('root')!).render(
+  <StrictMode>
+    <TrainPage />
+  </StrictMode>,
+);

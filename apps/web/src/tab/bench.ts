@@ -1,0 +1,61 @@
+import * as tf from '@tensorflow/tfjs';
+import { AdamW, PRESETS, Stage, clipByGlobalNormOnDevice, mulberry32, stageSpecs, type PresetName } from '@train-at-home/model';
+
+export interface LocalBenchOptions {
+  preset: PresetName;
+  /** Measured steps (after one warm-up step that compiles shaders). */
+  steps: number;
+  batch: number;
+}
+
+export interface LocalBenchResult {
+  backend: string;
+  preset: PresetName;
+  batch: number;
+  steps: number;
+  tokensPerSec: number;
+  msPerStep: number;
+  warmupMs: number;
+  loss: number;
+}
+
+/**
+ * The whole model as one stage on the current backend: forward, backward,
+ * clipping and an AdamW step per microbatch, as a tab's miner does them
+ * (reads back asynchronously). Tokens are random: this measures speed only.
+ */
+export async function benchLocalTraining(o: LocalBenchOptions): Promise<LocalBenchResult> {
+  const config = PRESETS[o.preset];
+  const stage = new Stage(stageSpecs(config, { stages: 1, bottleneck: config.dModel, int8: false })[0]!, 1);
+  const optimizer = new AdamW(stage.params, stage.specs);
+  const rand = mulberry32(7);
+  const T = config.contextLength;
+  let loss = NaN;
+  const step = async (): Promise<void> => {
+    const ids = Int32Array.from({ length: o.batch * (T + 1) }, () => Math.floor(rand() * config.vocabSize));
+    const inputs = new Int32Array(o.batch * T);
+    const targets = new Int32Array(o.batch * T);
+    for (let b = 0; b < o.batch; b++) {
+      inputs.set(ids.subarray(b * (T + 1), b * (T + 1) + T), b * T);
+      targets.set(ids.subarray(b * (T + 1) + 1, (b + 1) * (T + 1)), b * T);
+    }
+    const x = tf.tensor2d(inputs, [o.batch, T], 'int32');
+    const y = tf.tensor2d(targets, [o.batch, T], 'int32');
+    const result = await stage.backwardAsync({ batch: o.batch, time: T, x, targets: y });
+    const grads = clipByGlobalNormOnDevice(result.grads, 1);
+    optimizer.apply(grads, 1e-3);
+    tf.dispose([x, y, ...Object.values(grads)]);
+    // Wait for the step itself, not just its recording: read one parameter back.
+    await stage.params[stage.specs[0]!.name]!.data();
+    loss = result.loss ?? NaN;
+  };
+  const w0 = performance.now();
+  await step();
+  const warmupMs = performance.now() - w0;
+  const t0 = performance.now();
+  for (let i = 0; i < o.steps; i++) await step();
+  const ms = performance.now() - t0;
+  stage.dispose();
+  optimizer.dispose();
+  return { backend: tf.getBackend(), preset: o.preset, batch: o.batch, steps: o.steps, tokensPerSec: (o.steps * o.batch * T) / (ms / 1000), msPerStep: ms / o.steps, warmupMs, loss };
+}

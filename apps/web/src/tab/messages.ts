@@ -1,0 +1,55 @@
+import type { MinerStatus } from '@train-at-home/swarm';
+
+/** The compute backends a tab can train on, fastest usually first. */
+export type TabBackend = 'webgpu' | 'webgl' | 'wasm';
+
+export interface ProbeResult {
+  backend: TabBackend;
+  /** Median milliseconds of the probe workload (absent when the backend did not initialise). */
+  ms?: number;
+  error?: string;
+  /** WebGPU only: the adapter is a software one (SwiftShader, WARP). */
+  fallbackAdapter?: boolean;
+}
+
+export interface ProbeOutcome {
+  results: ProbeResult[];
+  chosen: TabBackend;
+  why: string;
+}
+
+export interface KernelCheck {
+  rows: number;
+  cols: number;
+  scalesEqual: boolean;
+  maxValueDiff: number;
+  maxDequantDiff: number;
+  /** Whole frames byte-identical to the JS codec's. */
+  framesEqual: boolean;
+  ok: boolean;
+  ms: number;
+}
+
+/** Page → worker. */
+export type ToTabWorker =
+  | { cmd: 'start'; coordinatorUrl: string; seed: string; backend?: TabBackend }
+  | { cmd: 'pause' }
+  | { cmd: 'resume' }
+  | { cmd: 'leave' }
+  /** A drill: destroys the WebGPU device, as a driver reset would. */
+  | { cmd: 'lose-device' }
+  /** bench/browser: the whole model in this worker on one backend, timed. */
+  | { cmd: 'bench'; backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number };
+
+export type TabStatus = MinerStatus & { backend?: TabBackend; paused: boolean };
+
+/** Worker → page. */
+export type FromTabWorker =
+  | { ev: 'probing'; backend: TabBackend; done: number; total: number }
+  | { ev: 'probe'; outcome: ProbeOutcome }
+  | { ev: 'status'; status: TabStatus }
+  | { ev: 'kernel-check'; result?: KernelCheck; error?: string }
+  | { ev: 'device-lost'; message: string; fallback: TabBackend }
+  | { ev: 'log'; line: string }
+  | { ev: 'bench'; result?: import('./bench').LocalBenchResult; error?: string }
+  | { ev: 'error'; message: string };

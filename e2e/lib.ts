@@ -1,0 +1,67 @@
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { DATA_DIR, prepareData } from '@train-at-home/model/node';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { buildApp, type App, type AppOptions } from '../server/src/app';
+import { testDatabase } from '../server/src/db/test-database';
+
+/** The namespace address scripts/test-e2e.sh gives the coordinator (and the browsers' side of the veth). */
+export const HOST = process.env.E2E_HOST ?? '';
+export const ARTIFACTS = fileURLToPath(new URL('./artifacts', import.meta.url));
+const WEB_ROOT = fileURLToPath(new URL('../dist/web', import.meta.url));
+
+if (!HOST) throw new Error('e2e tests run inside their network namespace: use `bash scripts/test-e2e.sh` (or `npm test`)');
+
+/** A coordinator serving the built web app and the training data, on the namespace's address. */
+export async function startCoordinator(run: AppOptions['run']): Promise<{ app: App; url: string }> {
+  prepareData({ outDir: DATA_DIR, vocabSize: 320 });
+  const app = await buildApp({ database: await testDatabase(), run, webRoot: WEB_ROOT, dataRoot: DATA_DIR });
+  await app.fastify.listen({ port: 0, host: HOST });
+  const port = (app.fastify.server.address() as { port: number }).port;
+  return { app, url: `http://${HOST}:${port}` };
+}
+
+const FLAGS = ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-renderer-backgrounding', '--disable-background-timer-throttling', '--disable-backgrounding-occluded-windows'];
+
+/** One browser process (Debian's Chromium) with a fresh profile; removed with `close`. */
+export async function launchBrowser(extraArgs: string[] = []): Promise<{ context: BrowserContext; close(): Promise<void> }> {
+  const profile = mkdtempSync(join(tmpdir(), 'tah-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: '/usr/bin/chromium', headless: true, args: [...FLAGS, ...extraArgs], viewport: { width: 1000, height: 900 } });
+  return {
+    context,
+    async close() {
+      await context.close().catch(() => {});
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Opens the Train at Home page in a new tab and presses Join. */
+export async function openTab(context: BrowserContext, url: string): Promise<Page> {
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.log(`[tab] page error: ${e.message}`));
+  await page.goto(url);
+  await page.getByTestId('join').click();
+  return page;
+}
+
+/** What a tab's page shows now (read through locators: tsx-compiled functions do not survive page.evaluate). */
+export async function tabView(page: Page): Promise<{ phase: string; stage: string; microbatches: number; backend: string }> {
+  const text = async (id: string): Promise<string> => ((await page.getByTestId(id).count()) ? ((await page.getByTestId(id).first().textContent()) ?? '') : '');
+  const phaseEl = page.getByTestId('phase');
+  return {
+    phase: (await phaseEl.count()) ? ((await phaseEl.getAttribute('data-phase')) ?? '') : '',
+    stage: await text('stage'),
+    microbatches: Number((await text('microbatches')) || 0),
+    backend: await text('backend'),
+  };
+}
+
+export async function screenshot(page: Page, name: string): Promise<string> {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const path = join(ARTIFACTS, name);
+  await page.screenshot({ path, fullPage: true });
+  return path;
+}

@@ -1,0 +1,85 @@
+import type { Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../server/src/app';
+import { launchBrowser, openTab, screenshot, startCoordinator, tabView } from './lib';
+
+let app: App;
+let url: string;
+const browsers: Array<Awaited<ReturnType<typeof launchBrowser>>> = [];
+const tabs: Page[] = [];
+
+beforeAll(async () => {
+  ({ app, url } = await startCoordinator({
+    name: 'e2e',
+    preset: 'tiny',
+    stages: 2,
+    bottleneck: 32,
+    training: { batchSize: 32, peakLr: 0.006, warmupSteps: 20, totalSteps: 200 },
+    merge: { every: 10 },
+  }));
+  browsers.push(await launchBrowser(), await launchBrowser());
+});
+afterAll(async () => {
+  for (const b of browsers) await b.close();
+  await app?.close();
+});
+
+const stageSizes = async (): Promise<number[]> => (await app.coordinator.stageMap()).map((s: { miners: unknown[] }) => s.miners.length);
+
+describe('Train at Home in Chromium tabs', () => {
+  it('four tabs in two browsers form two stages, train over WebRTC and bring held-out loss below the bigram baseline', async () => {
+    for (const b of browsers) for (let i = 0; i < 2; i++) tabs.push(await openTab(b.context, url));
+    await expect.poll(stageSizes, { timeout: 120_000, interval: 1000 }).toEqual([2, 2]);
+
+    // Each page shows its stage and a microbatch count that rises.
+    await expect.poll(async () => (await Promise.all(tabs.map(tabView))).every((v) => v.microbatches > 0), { timeout: 120_000, interval: 2000 }).toBe(true);
+    expect((await Promise.all(tabs.map(tabView))).map((v) => v.stage).sort()).toEqual(['1 of 2', '1 of 2', '2 of 2', '2 of 2']);
+
+    const started = Date.now();
+    let last: { heldOutLoss: number; bigramLoss: number } | undefined;
+    while (Date.now() - started < 8 * 60_000) {
+      await new Promise((r) => setTimeout(r, 20_000));
+      last = await app.validator.evaluate();
+      const views = await Promise.all(tabs.map(tabView));
+      console.log(`e2e: ${Math.round((Date.now() - started) / 1000)} s, held-out ${last?.heldOutLoss.toFixed(3)} (bigram ${last?.bigramLoss.toFixed(3)}), tabs ${views.map((v) => `${v.phase}/${v.microbatches}`).join(' ')}`);
+      if (last && last.heldOutLoss < last.bigramLoss) break;
+    }
+    await screenshot(tabs[0]!, 'train-at-home.png');
+    expect(last).toBeDefined();
+    expect(last!.heldOutLoss).toBeLessThan(last!.bigramLoss);
+
+    // Every page shows its stage and a microbatch count that keeps rising.
+    const later = await Promise.all(tabs.map(tabView));
+    await new Promise((r) => setTimeout(r, 10_000));
+    const latest = await Promise.all(tabs.map(tabView));
+    for (const [i, tab] of tabs.entries()) {
+      console.log(`e2e: tab ${i}: ${JSON.stringify(latest[i])}; ${(await tab.locator('.log').textContent())?.slice(-400)}`);
+      expect(latest[i]!.stage).toMatch(/^[12] of 2$/);
+      expect(latest[i]!.microbatches).toBeGreaterThan(later[i]!.microbatches);
+      expect(latest[i]!.backend).toBe('wasm'); // no GPU here: the probe picks WASM over software WebGL
+    }
+    expect(latest.map((v) => v.stage).sort()).toEqual(['1 of 2', '1 of 2', '2 of 2', '2 of 2']);
+    // Replicas merged, and every activation went tab to tab: nothing through the coordinator.
+    const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
+    expect(merges.rounds.filter((r: { participants: string[]; endedAt: string | null }) => r.endedAt && r.participants.length === 2).length).toBeGreaterThan(2);
+    expect(merges.events).toEqual([]);
+    expect(app.coordinator.relayed.frameBytes).toBe(0);
+  });
+
+  it('closing a tab mid-training does not stop the run, and a newly opened tab joins it with the current weights', async () => {
+    const closing = tabs.splice(3, 1)[0]!; // browser 2's second tab
+    await closing.close();
+    await expect.poll(stageSizes, { timeout: 60_000, interval: 1000 }).toSatisfy((s: number[]) => s.reduce((a, b) => a + b, 0) === 3);
+    const before = await Promise.all(tabs.map(tabView));
+    const lossesBefore = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss.length;
+    await expect.poll(async () => (await Promise.all(tabs.map(tabView))).every((v, i) => v.microbatches > before[i]!.microbatches + 2), { timeout: 120_000, interval: 2000 }).toBe(true);
+
+    const newcomer = await openTab(browsers[1]!.context, url);
+    tabs.push(newcomer);
+    await expect.poll(stageSizes, { timeout: 60_000, interval: 1000 }).toEqual([2, 2]);
+    await expect.poll(async () => (await tabView(newcomer)).microbatches, { timeout: 120_000, interval: 2000 }).toBeGreaterThan(3);
+    // It started from the stage's latest checkpoint, not from scratch.
+    expect(await newcomer.getByTestId('resumed').textContent()).toMatch(/^checkpoint [0-9a-f]{12}/);
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss.length).toBeGreaterThan(lossesBefore);
+  });
+});

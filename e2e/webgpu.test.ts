@@ -1,0 +1,49 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../server/src/app';
+import { launchBrowser, openTab, screenshot, startCoordinator, tabView } from './lib';
+
+let app: App;
+let url: string;
+const browsers: Array<Awaited<ReturnType<typeof launchBrowser>>> = [];
+
+beforeAll(async () => {
+  // Small microbatches: SwiftShader runs WebGPU on the CPU, far slower than WASM.
+  ({ app, url } = await startCoordinator({ name: 'e2e-webgpu', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4, peakLr: 0.006, warmupSteps: 5, totalSteps: 200 }, merge: { every: 1000 } }));
+  // --enable-unsafe-webgpu: the only way to a WebGPU adapter here (SwiftShader, a software "fallback" adapter).
+  // WebGPU exists only in secure contexts; the namespace's plain-http origin is declared one for this profile.
+  browsers.push(await launchBrowser(['--enable-unsafe-webgpu', `--unsafely-treat-insecure-origin-as-secure=${url}`]), await launchBrowser());
+});
+afterAll(async () => {
+  for (const b of browsers) await b.close();
+  await app?.close();
+});
+
+describe('a tab on WebGPU', () => {
+  it('forced to ?backend=webgpu on SwiftShader, trains its stage with the WGSL int8 codec, which agrees with the WASM path; a lost GPU device falls back to WASM and training goes on', async () => {
+    const gpuTab = await openTab(browsers[0]!.context, `${url}/?backend=webgpu`);
+    gpuTab.on('console', (m) => console.log(`[webgpu tab] ${m.text()}`));
+    await expect.poll(async () => (await tabView(gpuTab)).backend, { timeout: 120_000, interval: 1000 }).toBe('webgpu');
+    expect(await gpuTab.getByTestId('backend-why').textContent()).toMatch(/webgpu was asked for/);
+    // The codec kernel check: frames byte-identical to the JS codec's on seeded data with rounding ties.
+    await expect.poll(async () => (await gpuTab.getByTestId('kernel-check').count()) && gpuTab.getByTestId('kernel-check').getAttribute('data-ok'), { timeout: 120_000, interval: 1000 }).toBe('true');
+    expect(await gpuTab.getByTestId('kernel-check').textContent()).toMatch(/byte-identical/);
+
+    // A WASM tab takes the other stage; the WebGPU tab's microbatches complete forward and backward.
+    const wasmTab = await openTab(browsers[1]!.context, url);
+    await expect.poll(async () => (await app.coordinator.stageMap()).map((s: { miners: unknown[] }) => s.miners.length), { timeout: 60_000 }).toEqual([1, 1]);
+    await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 300_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
+    expect((await tabView(wasmTab)).microbatches).toBeGreaterThanOrEqual(2);
+    const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss;
+    expect(losses.length).toBeGreaterThanOrEqual(2);
+    for (const l of losses) expect(Number.isFinite(l.value)).toBe(true);
+    expect((await tabView(gpuTab)).backend).toBe('webgpu');
+    expect(await gpuTab.locator('.log').textContent()).not.toMatch(/GPU device lost/);
+    await screenshot(gpuTab, 'webgpu-tab.png');
+
+    // Drill: the GPU device is lost (as after a driver reset). The tab says so, falls back, and trains on.
+    await gpuTab.evaluate('window.trainAtHome.loseDevice()');
+    await expect.poll(async () => (await tabView(gpuTab)).backend, { timeout: 120_000, interval: 1000 }).toBe('wasm');
+    expect(await gpuTab.locator('.log').textContent()).toMatch(/GPU device lost/);
+    await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 120_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
+  });
+});
