@@ -31,29 +31,31 @@ afterAll(async () => {
 });
 
 describe('3 stages × 2 replicas in separate processes', () => {
-  it('train the tiny model together: held-out loss falls well below its start, replicas merge to identical weights, no frame passes through the coordinator', async () => {
+  it('train the tiny model together: held-out loss falls below the bigram baseline, replicas merge to identical weights, no frame passes through the coordinator', async () => {
     const port = (app.fastify.server.address() as { port: number }).port;
     miners = spawn(process.execPath, ['--import', 'tsx', MINER_CLI, '--coordinator', `http://127.0.0.1:${port}`, '--count', '6'], { stdio: ['ignore', 'pipe', 'inherit'] });
     miners.stdout!.on('data', (c: Buffer) => (output += c.toString()));
     await expect.poll(async () => (await app.fastify.inject({ method: 'GET', url: '/api/stages' })).json().stages.map((s: { miners: unknown[] }) => s.miners.length), { timeout: 60_000 }).toEqual([2, 2, 2]);
 
-    // Five minutes of training. Reaching the bigram baseline (3.270) took 490 s in one run and was
-    // not reached in 570 s in another (3.48): it is logged here, not yet asserted (see issue 3).
+    // Train until held-out loss is below the bigram baseline (3.270), for at most 8 minutes.
     const started = Date.now();
     let last: { heldOutLoss: number; bigramLoss: number } | undefined;
     let first: number | undefined;
-    while (Date.now() - started < 5 * 60_000) {
-      await new Promise((r) => setTimeout(r, 20_000));
+    while (Date.now() - started < 8 * 60_000) {
+      await new Promise((r) => setTimeout(r, 15_000));
       last = await app.validator.evaluate();
       first ??= last?.heldOutLoss;
       const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
-      console.log(`replicas: ${Math.round((Date.now() - started) / 1000)} s, rounds ${JSON.stringify(merges.stages.map((s: { round: number }) => s.round))}, held-out ${last?.heldOutLoss.toFixed(3)} vs bigram ${last?.bigramLoss.toFixed(3)}`);
+      const checkpoints = (await app.fastify.inject({ method: 'GET', url: '/api/checkpoints' })).json().checkpoints as Array<{ stage: number; epoch: number }>;
+      const latest = [0, 1, 2].map((s) => Math.max(-1, ...checkpoints.filter((c) => c.stage === s).map((c) => c.epoch)));
+      console.log(
+        `replicas: ${Math.round((Date.now() - started) / 1000)} s, rounds ${JSON.stringify(merges.stages.map((s: { round: number }) => s.round))}, checkpoints of rounds ${JSON.stringify(latest)}, held-out ${last?.heldOutLoss.toFixed(3)} vs bigram ${last?.bigramLoss.toFixed(3)}`,
+      );
       if (last && last.heldOutLoss < last.bigramLoss) break;
     }
     expect(last).toBeDefined();
-    // Past the unigram plateau (~4.4): both measured runs were under 3.65 after five minutes.
-    expect(last!.heldOutLoss).toBeLessThan(3.9);
-    expect(last!.heldOutLoss).toBeLessThan(first! - 0.4);
+    expect(last!.heldOutLoss).toBeLessThan(first!);
+    expect(last!.heldOutLoss).toBeLessThan(last!.bigramLoss);
 
     // Every stage merged many times; the replicas shared one anchor (outer steps on averaged pseudo-gradients).
     const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
@@ -77,5 +79,5 @@ describe('3 stages × 2 replicas in separate processes', () => {
     await expect.poll(async () => (await app.coordinator.receiptSummary()).confirmed, { timeout: 30_000 }).toBeGreaterThanOrEqual(4 * losses);
     expect((await app.coordinator.receiptSummary()).disputed).toBe(0);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
-  });
+  }, 720_000);
 });
