@@ -133,3 +133,22 @@ describe('stage weights', () => {
     expect(stageWeightsHash(await exportStageWeights(s1!))).toBe(before);
   });
 });
+
+describe('asynchronous readback (what GPU backends need)', () => {
+  it('backwardAsync returns the loss and gradients backward returns; clipping on the device equals clipping on the host', async () => {
+    const { clipByGlobalNorm, clipByGlobalNormOnDevice } = await import('./optim');
+    const layout: RunLayout = { stages: 1, bottleneck: config.dModel, int8: false };
+    const stage = new Stage(stageSpecs(config, layout)[0]!, 3);
+    const input: StageInput = { batch: B, time: T, x: tf.tensor2d(randomIds(1), [B, T], 'int32'), targets: tf.tensor2d(randomIds(2), [B, T], 'int32') };
+    const sync = stage.backward(input);
+    const async_ = await stage.backwardAsync(input);
+    expect(async_.loss).toBe(sync.loss);
+    for (const name of Object.keys(sync.grads)) expect(await async_.grads[name]!.data()).toEqual(await sync.grads[name]!.data());
+    for (const maxNorm of [1e-3, 1e6]) {
+      const host = clipByGlobalNorm(Object.fromEntries(Object.entries(sync.grads).map(([k, g]) => [k, g.clone()])), maxNorm).grads;
+      const device = clipByGlobalNormOnDevice(Object.fromEntries(Object.entries(async_.grads).map(([k, g]) => [k, g.clone()])), maxNorm);
+      for (const name of Object.keys(host)) expect(relativeError((await device[name]!.data()) as Float32Array, (await host[name]!.data()) as Float32Array)).toBeLessThan(1e-6);
+    }
+    stage.dispose();
+  });
+});
