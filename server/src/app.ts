@@ -57,10 +57,18 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false });
   attachRegistration(io, coordinator);
   const silentMs = options.silentMs ?? 15_000;
+  const sweepMs = Math.min(1000, silentMs / 2);
+  // When this process itself stalled (a long synchronous evaluation, a GC pause), the heartbeats
+  // of that time are still queued: no miner is called silent until they have had time to land.
+  let lastSweep = performance.now();
+  let trustAfter = 0;
   const sweep = setInterval(() => {
-    coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
+    const now = performance.now();
+    if (now - lastSweep > sweepMs + 2000) trustAfter = now + 5000;
+    lastSweep = now;
+    if (now >= trustAfter) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
     coordinator.phases.tick().catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
-  }, Math.min(1000, silentMs / 2));
+  }, sweepMs);
   sweep.unref();
   return {
     fastify,

@@ -219,6 +219,24 @@ describe('coordinator: heartbeats', () => {
   });
 });
 
+describe('coordinator: its own stalls', () => {
+  it('does not drop a miner whose heartbeats were queued while the coordinator itself was busy', async () => {
+    app = await buildApp({ run: { name: 'stall', preset: 'tiny', stages: 3, bottleneck: 32 }, database: await testDatabase(), silentMs: 1500 });
+    url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+    const alive = await open();
+    const id = (await register(alive, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 })).minerId;
+    const beat = setInterval(() => alive.emit('heartbeat', { v: 1, seq: 0 }), 300);
+    await new Promise((r) => setTimeout(r, 1000));
+    // Three seconds of synchronous work in the coordinator's process (as a held-out evaluation is).
+    const until = Date.now() + 3000;
+    while (Date.now() < until);
+    await new Promise((r) => setTimeout(r, 3000));
+    clearInterval(beat);
+    expect(alive.connected).toBe(true);
+    expect((await minerRows()).find((r) => r.id === id)?.status).toBe('active');
+  });
+});
+
 describe('coordinator: persistence', () => {
   it('keeps the run and its miners across a restart (PGlite on disk, or the PostgreSQL server)', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'tah-coord-'));
