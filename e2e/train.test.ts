@@ -60,10 +60,32 @@ describe('Train at Home in Chromium tabs', () => {
     }
     expect(latest.map((v) => v.stage).sort()).toEqual(['1 of 2', '1 of 2', '2 of 2', '2 of 2']);
     // Replicas merged, and every activation went tab to tab: nothing through the coordinator.
+    // After every merge both replicas of the stage reported the same weights: each round has one
+    // merged hash, no replica differed (no hash-mismatch events), and that hash is the stage's checkpoint.
     const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
-    expect(merges.rounds.filter((r: { participants: string[]; endedAt: string | null }) => r.endedAt && r.participants.length === 2).length).toBeGreaterThan(2);
+    const pairs = merges.rounds.filter((r: { participants: string[]; endedAt: string | null }) => r.endedAt && r.participants.length === 2);
+    expect(pairs.length).toBeGreaterThan(2);
+    for (const r of pairs) expect(r.mergedHash).toMatch(/^[0-9a-f]{64}$/);
     expect(merges.events).toEqual([]);
+    const checkpoints = (await app.fastify.inject({ method: 'GET', url: '/api/checkpoints' })).json().checkpoints;
+    let matched = 0;
+    for (const c of checkpoints) {
+      const round = pairs.find((r: { stage: number; round: number }) => r.stage === c.stage && r.round === c.epoch);
+      if (round) (expect(c.hash).toBe(round.mergedHash), matched++);
+    }
+    expect(matched).toBeGreaterThan(0);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
+  });
+
+  it('a paused tab leaves the run and says so; resumed, it joins again and trains', async () => {
+    const tab = tabs[0]!;
+    await tab.getByTestId('pause').click();
+    await expect.poll(async () => (await tabView(tab)).phase, { timeout: 10_000 }).toBe('idle');
+    expect(await tab.getByTestId('why').textContent()).toMatch(/paused by you/);
+    await expect.poll(stageSizes, { timeout: 30_000, interval: 500 }).toSatisfy((s: number[]) => s.reduce((a, b) => a + b, 0) === 3);
+    await tab.getByTestId('resume').click();
+    await expect.poll(stageSizes, { timeout: 60_000, interval: 500 }).toEqual([2, 2]);
+    await expect.poll(async () => (await tabView(tab)).microbatches, { timeout: 120_000, interval: 2000 }).toBeGreaterThan(2);
   });
 
   it('closing a tab mid-training does not stop the run, and a newly opened tab joins it with the current weights', async () => {
