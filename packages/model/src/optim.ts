@@ -62,35 +62,23 @@ export class AdamW {
 /**
  * Scales gradients so their global L2 norm is at most maxNorm. Each stage
  * clips its own gradients (a stage never sees another's), in the local
- * trainer exactly as in the swarm. Returns the norm before clipping.
+ * trainer exactly as in the swarm. Nothing is read back: the scale
+ * maxNorm / max(norm, maxNorm) is computed and applied on the device (GPU
+ * backends stay asynchronous; a synchronous read on WebGPU goes through
+ * canvases, slow and fragile in workers). Below the limit the scale is
+ * exactly 1. Returns the clipped gradients (the inputs are disposed) and the
+ * norm before clipping, as a scalar the caller disposes.
  */
-export function clipByGlobalNorm(grads: Record<string, tf.Tensor>, maxNorm: number): { grads: Record<string, tf.Tensor>; norm: number } {
-  const norm = Math.sqrt(tf.tidy(() => tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))).dataSync()[0]!);
-  if (!(norm > maxNorm)) return { grads, norm };
-  const scale = maxNorm / norm;
+export function clipByGlobalNorm(grads: Record<string, tf.Tensor>, maxNorm: number): { grads: Record<string, tf.Tensor>; norm: tf.Scalar } {
   const out: Record<string, tf.Tensor> = {};
-  for (const [k, g] of Object.entries(grads)) {
-    out[k] = tf.mul(g, scale);
-    g.dispose();
-  }
-  return { grads: out, norm };
-}
-
-/**
- * The same clipping without reading anything back: the scale min(1, maxNorm / norm)
- * is computed and applied on the device (GPU backends stay asynchronous; a
- * synchronous read on WebGPU goes through canvases and is slow, and fragile
- * in workers). Equal to clipByGlobalNorm: below the limit the scale is exactly 1.
- */
-export function clipByGlobalNormOnDevice(grads: Record<string, tf.Tensor>, maxNorm: number): Record<string, tf.Tensor> {
-  const out: Record<string, tf.Tensor> = {};
-  tf.tidy(() => {
-    const norm = tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g)))));
-    const scale = tf.div(maxNorm, tf.maximum(norm, maxNorm));
+  const norm = tf.tidy(() => {
+    const n = tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar;
+    const scale = tf.div(maxNorm, tf.maximum(n, maxNorm));
     for (const [k, g] of Object.entries(grads)) out[k] = tf.keep(tf.mul(g, scale));
+    return n;
   });
   for (const g of Object.values(grads)) g.dispose();
-  return out;
+  return { grads: out, norm };
 }
 
 /** Linear warm-up to peakLr, then cosine decay to minRatio · peakLr at totalSteps. */

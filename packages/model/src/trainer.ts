@@ -86,9 +86,9 @@ export class LocalTrainer {
       outputGrad = result.inputGrad ? this.cross(result.inputGrad, 'backwardBytes') : undefined;
       result.inputGrad?.dispose();
       const clipped = clipByGlobalNorm(result.grads, this.options.clipNorm ?? 1);
-      gradNorms[s] = clipped.norm;
+      gradNorms[s] = clipped.norm.dataSync()[0]!;
       this.optimizers[s]!.apply(clipped.grads, lr);
-      tf.dispose(Object.values(clipped.grads));
+      tf.dispose([clipped.norm, ...Object.values(clipped.grads)]);
     }
     for (const i of inputs) tf.dispose([i.x, ...(i.targets ? [i.targets] : [])]);
     this.step++;

@@ -1,7 +1,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   AdamW,
-  clipByGlobalNormOnDevice,
+  clipByGlobalNorm,
   cosineSchedule,
   decodeBoundary,
   encodeBoundary,
@@ -226,9 +226,9 @@ export class PipelineWorker {
   private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined): Promise<void> {
     const started = performance.now();
     const result = await this.o.stage.backwardAsync(entry.input, outputGrad);
-    const clipped = clipByGlobalNormOnDevice(result.grads, this.o.clipNorm ?? 1);
-    this.optimizer.apply(clipped, this.lr(this.step));
-    tf.dispose(Object.values(clipped));
+    const clipped = clipByGlobalNorm(result.grads, this.o.clipNorm ?? 1);
+    this.optimizer.apply(clipped.grads, this.lr(this.step));
+    tf.dispose([clipped.norm, ...Object.values(clipped.grads)]);
     this.step++;
     this.o.onStep?.(this.step);
     this.stats.microbatches++;
