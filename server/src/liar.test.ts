@@ -78,15 +78,19 @@ describe('a lying owner in a real merge', () => {
         expect(e.liar).toBe(liarId);
       }
     }
-    const { events, rounds } = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
     type Event = { kind: string; stage: number; round: number; minerId: string | null; reporter: string };
-    const disputes = (events as Event[]).filter((e) => e.kind === 'dispute');
+    const recorded = async (): Promise<{ events: Event[]; disputes: Event[]; fromAudited: Event[] }> => {
+      const { events, rounds } = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
+      const disputes = (events as Event[]).filter((e) => e.kind === 'dispute');
+      const audited = new Set((rounds as Array<{ stage: number; round: number; participants: string[] | null }>).filter((r) => r.stage === 0 && r.participants?.length === 3).map((r) => r.round));
+      return { events, disputes, fromAudited: disputes.filter((e) => e.stage === 0 && audited.has(e.round)) };
+    };
+    // The replicas' reports reach the coordinator after their own merge ends: wait for them to be stored.
+    await expect.poll(async () => (await recorded()).fromAudited.length, { timeout: 30_000, interval: 250 }).toBeGreaterThan(0);
+    const { events, disputes, fromAudited } = await recorded();
     // An honest replica is never accused. (A round that only two replicas made has no auditor:
     // its disputes are recorded without a culprit.)
     expect(disputes.every((e) => e.minerId === liarId || e.minerId === null)).toBe(true);
-    const audited = new Set((rounds as Array<{ stage: number; round: number; participants: string[] | null }>).filter((r) => r.stage === 0 && r.participants?.length === 3).map((r) => r.round));
-    const fromAudited = disputes.filter((e) => e.stage === 0 && audited.has(e.round));
-    expect(fromAudited.length).toBeGreaterThan(0);
     expect(fromAudited.every((e) => e.minerId === liarId)).toBe(true);
     // Reported by honest replicas only (under load a receiver may see one owner's result only in time).
     const honest = [first.registration!.minerId, third.registration!.minerId];
