@@ -116,13 +116,7 @@ export function encodeBoundary(t: BoundaryTensor, precision: Precision): Uint8Ar
   checkShape(rows, cols);
   if (data.length !== rows * cols) throw new CodecError('SHAPE_MISMATCH', `${data.length} values for [${rows}, ${cols}]`);
   const out = new Uint8Array(encodedBytes(rows, cols, precision));
-  const view = new DataView(out.buffer);
-  view.setUint32(0, CODEC_MAGIC, true);
-  view.setUint8(4, CODEC_VERSION);
-  view.setUint8(5, PRECISION_CODE[precision]);
-  view.setUint16(6, 0, true);
-  view.setUint32(8, rows, true);
-  view.setUint32(12, cols, true);
+  const view = writeFrameHeader(out, rows, cols, precision);
   if (precision === 'fp32') {
     for (let i = 0; i < data.length; i++) {
       if (!Number.isFinite(data[i]!)) throw new CodecError('NON_FINITE', `value ${i} is not finite`);
@@ -142,27 +136,7 @@ export function encodeBoundary(t: BoundaryTensor, precision: Precision): Uint8Ar
  * throws a CodecError; garbage is never returned.
  */
 export function decodeBoundary(bytes: Uint8Array, expect?: { rows?: number; cols?: number; precision?: Precision }): BoundaryTensor & { precision: Precision } {
-  if (!(bytes instanceof Uint8Array)) throw new CodecError('BAD_HEADER', 'a frame must be bytes');
-  if (bytes.length < CODEC_HEADER_BYTES) throw new CodecError('TRUNCATED', `${bytes.length} bytes, the header alone is ${CODEC_HEADER_BYTES}`);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (view.getUint32(0, true) !== CODEC_MAGIC) throw new CodecError('BAD_MAGIC', 'not a boundary tensor frame');
-  if (view.getUint8(4) !== CODEC_VERSION) throw new CodecError('BAD_VERSION', `version ${view.getUint8(4)}, expected ${CODEC_VERSION}`);
-  const code = view.getUint8(5);
-  const precision = (Object.keys(PRECISION_CODE) as Precision[]).find((p) => PRECISION_CODE[p] === code);
-  if (!precision) throw new CodecError('BAD_PRECISION', `unknown precision code ${code}`);
-  if (view.getUint16(6, true) !== 0) throw new CodecError('BAD_HEADER', 'reserved bits are set');
-  const rows = view.getUint32(8, true);
-  const cols = view.getUint32(12, true);
-  checkShape(rows, cols);
-  if (expect?.rows !== undefined && rows !== expect.rows) throw new CodecError('SHAPE_MISMATCH', `${rows} rows, expected ${expect.rows}`);
-  if (expect?.cols !== undefined && cols !== expect.cols) throw new CodecError('SHAPE_MISMATCH', `${cols} columns, expected ${expect.cols}`);
-  if (expect?.precision !== undefined && precision !== expect.precision) {
-    throw new CodecError('BAD_PRECISION', `${precision} frame, the run uses ${expect.precision}`);
-  }
-  const want = encodedBytes(rows, cols, precision);
-  if (bytes.length < want) throw new CodecError('TRUNCATED', `${bytes.length} bytes, a [${rows}, ${cols}] ${precision} frame is ${want}`);
-  if (bytes.length > want) throw new CodecError('LENGTH_MISMATCH', `${bytes.length} bytes, a [${rows}, ${cols}] ${precision} frame is ${want}`);
-
+  const { view, rows, cols, precision } = readFrameHeader(bytes, expect);
   const data = new Float32Array(rows * cols);
   if (precision === 'fp32') {
     for (let i = 0; i < data.length; i++) {
@@ -186,7 +160,48 @@ export function decodeBoundary(bytes: Uint8Array, expect?: { rows?: number; cols
   return { rows, cols, data: dequantizeRows(scales, values, cols), precision };
 }
 
-function checkShape(rows: number, cols: number): void {
+/** Writes a frame's 16-byte header into `out`; returns a view of `out` for the body. */
+export function writeFrameHeader(out: Uint8Array, rows: number, cols: number, precision: Precision): DataView {
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  view.setUint32(0, CODEC_MAGIC, true);
+  view.setUint8(4, CODEC_VERSION);
+  view.setUint8(5, PRECISION_CODE[precision]);
+  view.setUint16(6, 0, true);
+  view.setUint32(8, rows, true);
+  view.setUint32(12, cols, true);
+  return view;
+}
+
+/**
+ * Checks a frame's header and length against `expect` (every CodecError of
+ * decodeBoundary short of the body's values) and returns what it says.
+ */
+export function readFrameHeader(bytes: Uint8Array, expect?: { rows?: number; cols?: number; precision?: Precision }): { view: DataView; rows: number; cols: number; precision: Precision } {
+  if (!(bytes instanceof Uint8Array)) throw new CodecError('BAD_HEADER', 'a frame must be bytes');
+  if (bytes.length < CODEC_HEADER_BYTES) throw new CodecError('TRUNCATED', `${bytes.length} bytes, the header alone is ${CODEC_HEADER_BYTES}`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (view.getUint32(0, true) !== CODEC_MAGIC) throw new CodecError('BAD_MAGIC', 'not a boundary tensor frame');
+  if (view.getUint8(4) !== CODEC_VERSION) throw new CodecError('BAD_VERSION', `version ${view.getUint8(4)}, expected ${CODEC_VERSION}`);
+  const code = view.getUint8(5);
+  const precision = (Object.keys(PRECISION_CODE) as Precision[]).find((p) => PRECISION_CODE[p] === code);
+  if (!precision) throw new CodecError('BAD_PRECISION', `unknown precision code ${code}`);
+  if (view.getUint16(6, true) !== 0) throw new CodecError('BAD_HEADER', 'reserved bits are set');
+  const rows = view.getUint32(8, true);
+  const cols = view.getUint32(12, true);
+  checkShape(rows, cols);
+  if (expect?.rows !== undefined && rows !== expect.rows) throw new CodecError('SHAPE_MISMATCH', `${rows} rows, expected ${expect.rows}`);
+  if (expect?.cols !== undefined && cols !== expect.cols) throw new CodecError('SHAPE_MISMATCH', `${cols} columns, expected ${expect.cols}`);
+  if (expect?.precision !== undefined && precision !== expect.precision) {
+    throw new CodecError('BAD_PRECISION', `${precision} frame, the run uses ${expect.precision}`);
+  }
+  const want = encodedBytes(rows, cols, precision);
+  if (bytes.length < want) throw new CodecError('TRUNCATED', `${bytes.length} bytes, a [${rows}, ${cols}] ${precision} frame is ${want}`);
+  if (bytes.length > want) throw new CodecError('LENGTH_MISMATCH', `${bytes.length} bytes, a [${rows}, ${cols}] ${precision} frame is ${want}`);
+  return { view, rows, cols, precision };
+}
+
+/** Rows and columns within the codec's limits, or BAD_SHAPE. */
+export function checkShape(rows: number, cols: number): void {
   if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows > CODEC_MAX_ROWS || cols > CODEC_MAX_COLS || rows * cols > CODEC_MAX_ELEMENTS) {
     throw new CodecError('BAD_SHAPE', `shape [${rows}, ${cols}] is outside [1..${CODEC_MAX_ROWS}] × [1..${CODEC_MAX_COLS}]`);
   }

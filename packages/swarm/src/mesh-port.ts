@@ -33,8 +33,7 @@ export type ToWorker =
   | { mesh: 'send-failed'; id: number; error: string }
   | { mesh: 'message'; from: string; message: AssembledMessage }
   | { mesh: 'reject'; from: string; code: string; error: string }
-  | { mesh: 'signal-out'; to: string; kind: SignalKind; payload: string }
-  | { mesh: 'stats'; stats: PeerMesh['stats'] };
+  | { mesh: 'signal-out'; to: string; kind: SignalKind; payload: string };
 
 /** A detached copy of a view's bytes, so its buffer can be transferred. */
 function own(bytes: Uint8Array): Uint8Array {
@@ -48,8 +47,6 @@ export class MeshPort implements Mesh {
   private readonly waiting = new Map<number, { resolve: (r: { bytes: number; payloadHash: string }) => void; reject: (e: Error) => void }>();
   private nextId = 0;
   private closed = false;
-  /** Bytes on the wire, as the page's mesh counts them (updated about once a second). */
-  stats: PeerMesh['stats'] = { bytesSent: 0, bytesReceived: 0, messagesSent: 0, messagesReceived: 0 };
 
   constructor(
     private readonly port: PortLike,
@@ -76,9 +73,6 @@ export class MeshPort implements Mesh {
           break;
         case 'signal-out':
           if (!this.closed) options.signals.send(m.to, m.kind, m.payload);
-          break;
-        case 'stats':
-          this.stats = m.stats;
           break;
       }
     });
@@ -136,7 +130,6 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
   let signalHandler: ((from: string, kind: SignalKind, payload: string) => void) | undefined;
   let cap = options.uploadBytesPerSec ?? Infinity;
   const post = (m: ToWorker, transfer: Transferable[] = []): void => port.postMessage(m, transfer);
-  const stats = setInterval(() => mesh && post({ mesh: 'stats', stats: { ...mesh.stats } }), 1000);
   port.addEventListener('message', (event) => {
     const m = event.data as ToHost | undefined;
     if (!m || typeof m !== 'object' || !('mesh' in m)) return;
@@ -186,7 +179,6 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
       cap = bytesPerSecond > 0 ? bytesPerSecond : Infinity;
     },
     close() {
-      clearInterval(stats);
       mesh?.close();
       mesh = undefined;
     },

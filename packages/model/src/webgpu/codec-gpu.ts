@@ -10,22 +10,9 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import type { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
-import {
-  CODEC_HEADER_BYTES,
-  CODEC_MAGIC,
-  CODEC_MAX_COLS,
-  CODEC_MAX_ELEMENTS,
-  CODEC_MAX_ROWS,
-  CODEC_VERSION,
-  CodecError,
-  decodeBoundary,
-  encodedBytes,
-} from '../codec';
+import { CODEC_HEADER_BYTES, CodecError, checkShape, decodeBoundary, encodedBytes, readFrameHeader, writeFrameHeader } from '../codec';
 import { DequantizeRowsProgram, QuantizeRowsProgram, packedRowWords } from './programs';
 
-/** The frame header's precision code for int8 (codec.ts: fp32 = 1, int8 = 2). */
-const PRECISION_INT8 = 2;
-const PRECISION_FP32 = 1;
 const INF_BITS = 0x7f800000;
 
 /** Thrown when a GPU codec function runs while the active tfjs backend is not 'webgpu'. */
@@ -41,12 +28,6 @@ export function requireWebGPUBackend(): WebGPUBackend {
   const name = tf.getBackend();
   if (name !== 'webgpu') throw new WebGPUBackendRequiredError(String(name));
   return tf.backend() as unknown as WebGPUBackend;
-}
-
-function checkShape(rows: number, cols: number): void {
-  if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows > CODEC_MAX_ROWS || cols > CODEC_MAX_COLS || rows * cols > CODEC_MAX_ELEMENTS) {
-    throw new CodecError('BAD_SHAPE', `shape [${rows}, ${cols}] is outside [1..${CODEC_MAX_ROWS}] × [1..${CODEC_MAX_COLS}]`);
-  }
 }
 
 /**
@@ -107,13 +88,7 @@ export function frameFromCodes(words: Int32Array, rows: number, cols: number): U
   const w = packedRowWords(cols);
   if (words.length !== rows * w) throw new CodecError('LENGTH_MISMATCH', `${words.length} packed words, [${rows}, ${cols}] needs ${rows * w}`);
   const out = new Uint8Array(encodedBytes(rows, cols, 'int8'));
-  const view = new DataView(out.buffer);
-  view.setUint32(0, CODEC_MAGIC, true);
-  view.setUint8(4, CODEC_VERSION);
-  view.setUint8(5, PRECISION_INT8);
-  view.setUint16(6, 0, true);
-  view.setUint32(8, rows, true);
-  view.setUint32(12, cols, true);
+  const view = writeFrameHeader(out, rows, cols, 'int8');
   const bytes = new Uint8Array(words.buffer, words.byteOffset, words.byteLength);
   const valuesAt = CODEC_HEADER_BYTES + rows * 2;
   for (let r = 0; r < rows; r++) {
@@ -131,22 +106,7 @@ export function frameFromCodes(words: Int32Array, rows: number, cols: number): U
  * repacks it into the GPU layout: int32 [rows, packedRowWords(cols)].
  */
 export function codesFromFrame(bytes: Uint8Array, rows: number, cols: number): Int32Array {
-  if (!(bytes instanceof Uint8Array)) throw new CodecError('BAD_HEADER', 'a frame must be bytes');
-  if (bytes.length < CODEC_HEADER_BYTES) throw new CodecError('TRUNCATED', `${bytes.length} bytes, the header alone is ${CODEC_HEADER_BYTES}`);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (view.getUint32(0, true) !== CODEC_MAGIC) throw new CodecError('BAD_MAGIC', 'not a boundary tensor frame');
-  if (view.getUint8(4) !== CODEC_VERSION) throw new CodecError('BAD_VERSION', `version ${view.getUint8(4)}, expected ${CODEC_VERSION}`);
-  const code = view.getUint8(5);
-  if (code !== PRECISION_INT8) throw new CodecError('BAD_PRECISION', code === PRECISION_FP32 ? 'fp32 frame, expected int8' : `unknown precision code ${code}`);
-  if (view.getUint16(6, true) !== 0) throw new CodecError('BAD_HEADER', 'reserved bits are set');
-  const frameRows = view.getUint32(8, true);
-  const frameCols = view.getUint32(12, true);
-  checkShape(frameRows, frameCols);
-  if (frameRows !== rows) throw new CodecError('SHAPE_MISMATCH', `${frameRows} rows, expected ${rows}`);
-  if (frameCols !== cols) throw new CodecError('SHAPE_MISMATCH', `${frameCols} columns, expected ${cols}`);
-  const want = encodedBytes(rows, cols, 'int8');
-  if (bytes.length < want) throw new CodecError('TRUNCATED', `${bytes.length} bytes, a [${rows}, ${cols}] int8 frame is ${want}`);
-  if (bytes.length > want) throw new CodecError('LENGTH_MISMATCH', `${bytes.length} bytes, a [${rows}, ${cols}] int8 frame is ${want}`);
+  const { view } = readFrameHeader(bytes, { rows, cols, precision: 'int8' });
 
   const w = packedRowWords(cols);
   const words = new Int32Array(rows * w);
@@ -177,7 +137,7 @@ export function codesFromFrame(bytes: Uint8Array, rows: number, cols: number): I
  */
 export function decodeToTensorGPU(frameBytes: Uint8Array, rows: number, cols: number): tf.Tensor2D {
   requireWebGPUBackend();
-  if (frameBytes.length >= 6 && frameBytes[5] === PRECISION_FP32) {
+  if (readFrameHeader(frameBytes, { rows, cols }).precision === 'fp32') {
     const { data } = decodeBoundary(frameBytes, { rows, cols, precision: 'fp32' });
     return tf.tensor2d(data, [rows, cols], 'float32');
   }
