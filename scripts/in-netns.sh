@@ -7,7 +7,7 @@
 #   bash scripts/in-netns.sh <command> [args...]   (E2E_HOST=10.77.0.1 inside)
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then echo "in-netns: network namespaces need root" >&2; exit 1; fi
-if ! command -v ip >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; fi
+command -v ip >/dev/null || bash "$(dirname "$0")/apt-install.sh" in-netns iproute2
 
 NS="tah-$$"
 cleanup() { ip netns del "$NS" 2>/dev/null || true; }

@@ -6,15 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pgbin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
-if [ -z "$(pgbin)" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "test-postgres: installing Debian's postgresql"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  else
-    echo "test-postgres: PostgreSQL is not installed and this user cannot install it (run as root, or apt-get install postgresql)" >&2
-    exit 1
-  fi
-fi
+[ -n "$(pgbin)" ] || bash scripts/apt-install.sh test-postgres postgresql
 BIN=$(pgbin)
 
 # PostgreSQL refuses to run as root: run it as the postgres user when we are root.

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs a Debian package the tests need, when this user can (root with
+# apt-get); otherwise says how, and fails.   bash scripts/apt-install.sh <who> <package>
+set -euo pipefail
+who=$1 pkg=$2
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "$who: installing Debian's $pkg"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+else
+  echo "$who: $pkg is not installed and this user cannot install it (run as root, or: sudo apt-get install -y $pkg)" >&2
+  exit 1
+fi
