@@ -1,12 +1,11 @@
-import wrtc from '@roamhq/wrtc';
 import { PRESETS, Stage, contentHash, exportStageWeightsSync, stageSpecs } from '@train-at-home/model';
-import { DATA_DIR, datasetName, initNodeBackend, loadDataset } from '@train-at-home/model/node';
+import { initNodeBackend } from '@train-at-home/model/node';
 import { generateIdentity, type Identity } from '@train-at-home/protocol';
-import { Miner } from '@train-at-home/swarm';
-import { join } from 'node:path';
+import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
+import { localMiner } from './test-miners';
 
 const layout = { stages: 3, bottleneck: 32, int8: true };
 let app: App;
@@ -25,16 +24,7 @@ afterAll(async () => {
 });
 
 function newMiner(identity: Identity, maxMicrobatches?: number): Miner {
-  const miner = new Miner({
-    coordinatorUrl: url,
-    identity,
-    backend: 'wasm',
-    tokensPerSec: 100,
-    wrtc,
-    maxMicrobatches,
-    dataSeed: 3,
-    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
-  });
+  const miner = localMiner(url, { identity, maxMicrobatches, dataSeed: 3 });
   miners.push(miner);
   return miner;
 }

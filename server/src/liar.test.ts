@@ -1,11 +1,9 @@
-import wrtc from '@roamhq/wrtc';
-import { DATA_DIR, datasetName, initNodeBackend, loadDataset } from '@train-at-home/model/node';
-import { generateIdentity } from '@train-at-home/protocol';
+import { initNodeBackend } from '@train-at-home/model/node';
 import { BLOCK, MSG, Miner, decodeMessage, encodeMessage, type MinerOptions } from '@train-at-home/swarm';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
+import { localMiner } from './test-miners';
 
 let app: App;
 let url: string;
@@ -25,15 +23,7 @@ afterAll(async () => {
 });
 
 function newMiner(extra: Partial<MinerOptions> = {}): Miner {
-  const miner = new Miner({
-    coordinatorUrl: url,
-    identity: generateIdentity(),
-    backend: 'wasm',
-    tokensPerSec: 100,
-    wrtc,
-    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
-    ...extra,
-  });
+  const miner = localMiner(url, extra);
   miners.push(miner);
   return miner;
 }

@@ -12,7 +12,7 @@ interface StageState {
   ready: Map<string, { stateId: string; microbatches: number }>;
   readyDeadline: number;
   go?: MergeGo;
-  merged: Map<string, { ok: boolean; hash: string; error?: string }>;
+  merged: Map<string, { ok: boolean; hash: string; error?: string; clipped: number }>;
   roundDeadline: number;
   busy: boolean;
 }
@@ -173,7 +173,7 @@ export class PhaseMachine {
     if (!s || s.phase !== 'merging' || !s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not merging round ${msg.round}`);
     if (!s.go.participants.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a participant of the round');
     if (s.merged.has(minerId)) throw new ProtocolError('REPLAYED', 'already reported');
-    s.merged.set(minerId, { ok: msg.ok, hash: msg.hash, error: msg.error });
+    s.merged.set(minerId, { ok: msg.ok, hash: msg.hash, error: msg.error, clipped: msg.clipped });
     const events = msg.evidence.map((e) => ({ kind: 'dispute', miner: e.liar ?? null, detail: { partition: e.partition, owners: e.owners, hashes: e.hashes } }));
     if (!msg.ok) events.push({ kind: 'failed', miner: minerId, detail: { error: msg.error } as never });
     await this.record(msg.stage, s.round, minerId, events);
@@ -209,11 +209,14 @@ export class PhaseMachine {
       else if (r.ok && r.hash !== majority) events.push({ kind: 'hash-mismatch', miner: id, detail: { hash: r.hash, majority } });
     }
     await this.record(stage, s.round, null, events);
-    await this.c.db.query(`UPDATE epochs SET phase = 'training', merged_hash = $4, ended_at = now() WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [
+    // What each replica's CenteredClip clipped over the partitions it reduced (0 under a plain mean).
+    const clipped = Object.fromEntries([...s.merged].map(([id, r]) => [id, r.clipped]));
+    await this.c.db.query(`UPDATE epochs SET phase = 'training', merged_hash = $4, clipped = $5, ended_at = now() WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [
       this.c.runId,
       stage,
       s.round,
       majority,
+      JSON.stringify(clipped),
     ]);
     const since = s.triggeredAt ?? new Date();
     Object.assign(s, { ...this.fresh(s.round), since, busy: s.busy });

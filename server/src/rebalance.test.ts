@@ -1,11 +1,9 @@
-import wrtc from '@roamhq/wrtc';
-import { DATA_DIR, datasetName, initNodeBackend, loadDataset } from '@train-at-home/model/node';
-import { generateIdentity } from '@train-at-home/protocol';
-import { Miner } from '@train-at-home/swarm';
-import { join } from 'node:path';
+import { initNodeBackend } from '@train-at-home/model/node';
+import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
+import { localMiner } from './test-miners';
 
 let app: App;
 let url: string;
@@ -28,16 +26,7 @@ afterAll(async () => {
 function newMiner(tokensPerSec: number): Miner {
   const log: string[] = [];
   logs.push(log);
-  const miner = new Miner({
-    coordinatorUrl: url,
-    identity: generateIdentity(),
-    backend: 'wasm',
-    tokensPerSec,
-    wrtc,
-    departureGraceMs: 500,
-    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
-    log: (line) => log.push(line),
-  });
+  const miner = localMiner(url, { tokensPerSec, departureGraceMs: 500, log: (line) => log.push(line) });
   miners.push(miner);
   return miner;
 }

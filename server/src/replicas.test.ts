@@ -42,8 +42,10 @@ describe('3 stages × 2 replicas in separate processes', () => {
 
     // Train until held-out loss is below the bigram baseline (3.270), for at most 8 minutes.
     const started = Date.now();
-    let last: { heldOutLoss: number; bigramLoss: number } | undefined;
+    let last: { heldOutLoss: number; bigramLoss: number; rounds: number[] } | undefined;
     let first: number | undefined;
+    // Held-out loss of the merged weights, whenever every stage's checkpoint is of the same, newer round.
+    const byRound: Array<{ round: number; heldOut: number }> = [];
     while (Date.now() - started < 8 * 60_000) {
       await new Promise((r) => setTimeout(r, 15_000));
       last = await app.validator.evaluate();
@@ -51,6 +53,7 @@ describe('3 stages × 2 replicas in separate processes', () => {
       const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
       const checkpoints = (await app.fastify.inject({ method: 'GET', url: '/api/checkpoints' })).json().checkpoints as Array<{ stage: number; epoch: number }>;
       const latest = [0, 1, 2].map((s) => Math.max(-1, ...checkpoints.filter((c) => c.stage === s).map((c) => c.epoch)));
+      if (last && new Set(last.rounds).size === 1 && last.rounds[0]! > (byRound.at(-1)?.round ?? 0)) byRound.push({ round: last.rounds[0]!, heldOut: last.heldOutLoss });
       console.log(
         `replicas: ${Math.round((Date.now() - started) / 1000)} s, rounds ${JSON.stringify(merges.stages.map((s: { round: number }) => s.round))}, checkpoints of rounds ${JSON.stringify(latest)}, held-out ${last?.heldOutLoss.toFixed(3)} vs bigram ${last?.bigramLoss.toFixed(3)}`,
       );
@@ -59,6 +62,10 @@ describe('3 stages × 2 replicas in separate processes', () => {
     expect(last).toBeDefined();
     expect(last!.heldOutLoss).toBeLessThan(first!);
     expect(last!.heldOutLoss).toBeLessThan(last!.bigramLoss);
+    // The merged weights kept improving it from merge to merge.
+    console.log(`replicas: held-out by merged round ${JSON.stringify(byRound.map((r) => [r.round, +r.heldOut.toFixed(3)]))}`);
+    expect(byRound.length).toBeGreaterThanOrEqual(5);
+    for (let i = 1; i < byRound.length; i++) expect(byRound[i]!.heldOut).toBeLessThan(byRound[i - 1]!.heldOut);
 
     // Every stage merged many times; the replicas shared one anchor (outer steps on averaged pseudo-gradients).
     const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();

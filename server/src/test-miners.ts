@@ -1,4 +1,9 @@
+import wrtc from '@roamhq/wrtc';
+import { DATA_DIR, datasetName, loadDataset } from '@train-at-home/model/node';
+import { generateIdentity } from '@train-at-home/protocol';
+import { Miner, type MinerOptions } from '@train-at-home/swarm';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 import type { App } from './app';
@@ -8,6 +13,19 @@ const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.m
 export interface MinerProcess {
   child: ChildProcess;
   output: string;
+}
+
+/** An in-process miner (the CLI's Miner) over real WebRTC, on the locally prepared data; options override. */
+export function localMiner(coordinatorUrl: string, extra: Partial<MinerOptions> = {}): Miner {
+  return new Miner({
+    coordinatorUrl,
+    identity: generateIdentity(),
+    backend: 'wasm',
+    tokensPerSec: 100,
+    wrtc,
+    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
+    ...extra,
+  });
 }
 
 /** Real miner processes (the CLI) for integration tests, killed at the end. */

@@ -102,4 +102,13 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       CREATE INDEX receipts_by_time ON receipts (run_id, direction, created_at);
     `,
   },
+  {
+    version: 5,
+    name: 'merge rounds keep how many contributions CenteredClip clipped',
+    sql: `
+      -- Per reporting replica: contributions it clipped over the partitions it reduced.
+      -- Each partition has two owners, so a clipped contribution is normally counted by both.
+      ALTER TABLE epochs ADD COLUMN clipped jsonb;
+    `,
+  },
 ];

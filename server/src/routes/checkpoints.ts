@@ -59,17 +59,17 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
 
   app.get<{ Params: { stage: string } }>('/api/checkpoints/:stage/latest', async (req, reply) => {
     const stage = Number(req.params.stage);
-    const bytes = await latestCheckpoint(coordinator, stage);
-    if (!bytes) return fail(reply, 404, 'NO_CHECKPOINT', `no checkpoint for stage ${req.params.stage}`);
-    return reply.type('application/octet-stream').header('x-content-hash', contentHash(bytes)).send(Buffer.from(bytes));
+    const latest = await latestCheckpoint(coordinator, stage);
+    if (!latest) return fail(reply, 404, 'NO_CHECKPOINT', `no checkpoint for stage ${req.params.stage}`);
+    return reply.type('application/octet-stream').header('x-content-hash', contentHash(latest.data)).send(Buffer.from(latest.data));
   });
 };
 
-export async function latestCheckpoint(coordinator: Coordinator, stage: number): Promise<Uint8Array | undefined> {
+export async function latestCheckpoint(coordinator: Coordinator, stage: number): Promise<{ data: Uint8Array; epoch: number } | undefined> {
   if (!Number.isInteger(stage)) return undefined;
-  const [row] = await coordinator.db.query<{ data: Uint8Array }>(
-    'SELECT data FROM checkpoints WHERE run_id = $1 AND stage = $2 AND data IS NOT NULL ORDER BY epoch DESC, created_at DESC LIMIT 1',
+  const [row] = await coordinator.db.query<{ data: Uint8Array; epoch: number }>(
+    'SELECT data, epoch FROM checkpoints WHERE run_id = $1 AND stage = $2 AND data IS NOT NULL ORDER BY epoch DESC, created_at DESC LIMIT 1',
     [coordinator.runId, stage],
   );
-  return row ? new Uint8Array(row.data) : undefined;
+  return row ? { data: new Uint8Array(row.data), epoch: row.epoch } : undefined;
 }

@@ -17,7 +17,7 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = as
   app.get('/api/merges', async () => ({
     stages: coordinator.phases.status(),
     rounds: await coordinator.db.query(
-      `SELECT stage, epoch AS round, phase, mode, participants, merged_hash AS "mergedHash", started_at AS "startedAt", ended_at AS "endedAt"
+      `SELECT stage, epoch AS round, phase, mode, participants, merged_hash AS "mergedHash", clipped, started_at AS "startedAt", ended_at AS "endedAt"
        FROM epochs WHERE run_id = $1 ORDER BY epoch, stage`,
       [coordinator.runId],
     ),

@@ -31,18 +31,18 @@ export class HeldOutEvaluator {
     return this.data;
   }
 
-  /** Held-out loss of the latest checkpoints, recorded as a metric; undefined while a stage has none. */
-  async evaluate(): Promise<{ heldOutLoss: number; bigramLoss: number } | undefined> {
+  /** Held-out loss of the latest checkpoints (of `rounds`, per stage), recorded as a metric; undefined while a stage has none. */
+  async evaluate(): Promise<{ heldOutLoss: number; bigramLoss: number; rounds: number[] } | undefined> {
     const { batches, bigram } = await this.load();
     const run = this.coordinator.run;
     const blobs = await Promise.all(Array.from({ length: run.stages }, (_, s) => latestCheckpoint(this.coordinator, s)));
     if (blobs.some((b) => !b)) return undefined;
     const model = new LocalTrainer({ config: PRESETS[run.preset], layout: run, seed: run.seed, peakLr: 0, warmupSteps: 1, totalSteps: 1 });
     try {
-      model.stages.forEach((stage, s) => importStageWeights(stage, blobs[s]!));
+      model.stages.forEach((stage, s) => importStageWeights(stage, blobs[s]!.data));
       const heldOutLoss = model.evaluate(batches);
       await this.coordinator.db.query(`INSERT INTO metrics (run_id, epoch, name, value) VALUES ($1, 0, 'heldout_loss', $2)`, [this.coordinator.runId, heldOutLoss]);
-      return { heldOutLoss, bigramLoss: bigram };
+      return { heldOutLoss, bigramLoss: bigram, rounds: blobs.map((b) => b!.epoch) };
     } finally {
       model.dispose();
     }
