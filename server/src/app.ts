@@ -79,7 +79,16 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     async close() {
       clearInterval(sweep);
       io.close();
-      await fastify.close();
+      // Requests in flight finish; a keep-alive connection is closed as soon as it goes idle,
+      // not after Node's keep-alive timeout (72 s under Fastify: a stopped miner's last request
+      // held a test's close for that long).
+      const closing = fastify.close();
+      const drain = setInterval(() => fastify.server.closeIdleConnections(), 100);
+      try {
+        await closing;
+      } finally {
+        clearInterval(drain);
+      }
       await db.close();
     },
   };
