@@ -1,29 +1,22 @@
-import { initNodeBackend } from '@train-at-home/model/node';
 import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type App } from './app';
-import { testDatabase } from './db/test-database';
-import { localMiner } from './test-miners';
+import type { App } from './app';
+import { listeningCoordinator, localMiner } from './test-miners';
 
 let app: App;
 let url: string;
 const miners: Miner[] = [];
 
 beforeAll(async () => {
-  await initNodeBackend();
-  app = await buildApp({
-    database: await testDatabase(),
-    // A radius far below any real pseudo-gradient's spread: every contribution gets clipped.
-    run: {
-      name: 'centered-clip',
-      preset: 'tiny',
-      stages: 2,
-      bottleneck: 32,
-      training: { batchSize: 4 },
-      merge: { every: 3, precision: 'fp16', reduction: 'centered-clip', clipRadius: 1e-6, readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
-    },
-  });
-  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+  // A radius far below any real pseudo-gradient's spread: every contribution gets clipped.
+  ({ app, url } = await listeningCoordinator({
+    name: 'centered-clip',
+    preset: 'tiny',
+    stages: 2,
+    bottleneck: 32,
+    training: { batchSize: 4 },
+    merge: { every: 3, precision: 'fp16', reduction: 'centered-clip', clipRadius: 1e-6, readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
+  }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());

@@ -1,11 +1,9 @@
 import { PRESETS, Stage, contentHash, exportStageWeightsSync, stageSpecs } from '@train-at-home/model';
-import { initNodeBackend } from '@train-at-home/model/node';
 import { generateIdentity, type Identity } from '@train-at-home/protocol';
 import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type App } from './app';
-import { testDatabase } from './db/test-database';
-import { localMiner } from './test-miners';
+import type { App } from './app';
+import { listeningCoordinator, localMiner } from './test-miners';
 
 const layout = { stages: 3, bottleneck: 32, int8: true };
 let app: App;
@@ -13,10 +11,7 @@ let url: string;
 const miners: Miner[] = [];
 
 beforeAll(async () => {
-  await initNodeBackend();
-  app = await buildApp({
-    database: await testDatabase(), run: { name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, warmupSteps: 5 }, merge: { every: 5 } } });
-  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+  ({ app, url } = await listeningCoordinator({ name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, warmupSteps: 5 }, merge: { every: 5 } }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());

@@ -1,21 +1,14 @@
-import { initNodeBackend } from '@train-at-home/model/node';
 import { BLOCK, MSG, Miner, decodeMessage, encodeMessage, type MinerOptions } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type App } from './app';
-import { testDatabase } from './db/test-database';
-import { localMiner } from './test-miners';
+import type { App } from './app';
+import { listeningCoordinator, localMiner } from './test-miners';
 
 let app: App;
 let url: string;
 const miners: Miner[] = [];
 
 beforeAll(async () => {
-  await initNodeBackend();
-  app = await buildApp({
-    database: await testDatabase(),
-    run: { name: 'liar', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4 }, merge: { every: 3, precision: 'fp16', readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 } },
-  });
-  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+  ({ app, url } = await listeningCoordinator({ name: 'liar', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4 }, merge: { every: 3, precision: 'fp16', readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 } }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());

@@ -1,9 +1,7 @@
-import { initNodeBackend } from '@train-at-home/model/node';
 import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type App } from './app';
-import { testDatabase } from './db/test-database';
-import { localMiner } from './test-miners';
+import type { App } from './app';
+import { listeningCoordinator, localMiner } from './test-miners';
 
 let app: App;
 let url: string;
@@ -11,12 +9,7 @@ const miners: Miner[] = [];
 const logs: string[][] = [];
 
 beforeAll(async () => {
-  await initNodeBackend();
-  app = await buildApp({
-    database: await testDatabase(),
-    run: { name: 'rebalance', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 8 }, merge: { every: 5 } },
-  });
-  url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+  ({ app, url } = await listeningCoordinator({ name: 'rebalance', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 8 }, merge: { every: 5 } }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());
