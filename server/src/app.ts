@@ -1,15 +1,22 @@
 import fastifyStatic from '@fastify/static';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { existsSync } from 'node:fs';
+import { createReadStream, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { Server } from 'socket.io';
 import { cryptoReady } from '@train-at-home/protocol';
 import { Coordinator } from './coordinator';
 import { openDatabase, type Database, type DatabaseOptions } from './db/database';
 import { checkpointRoutes } from './routes/checkpoints';
+import { incentiveRoutes } from './routes/incentives';
+import { probeRoutes } from './routes/probes';
+import { rewardRoutes } from './routes/rewards';
 import { statusRoutes } from './routes/status';
-import { HeldOutEvaluator } from './validator/heldout';
+import { rewardsSettings, type RewardsOptions } from './rewards/settings';
 import { defaultRunConfig, type RunOverrides } from './run-config';
 import { attachRegistration } from './socket/registration';
+import { Validator } from './validator';
 
 export interface AppOptions {
   run?: RunOverrides;
@@ -21,6 +28,50 @@ export interface AppOptions {
   dataRoot?: string;
   /** A miner silent (no heartbeat) this long is dropped. */
   silentMs?: number;
+  /** Payout links and claims: the domain wallets sign for, challenge lifetime, rate limits, payout sink. */
+  rewards?: RewardsOptions;
+  /** Limits on HTTP connections (see `httpServer`). */
+  http?: Partial<HttpLimits>;
+}
+
+export interface HttpLimits {
+  /** A request's headers and body must have arrived within this (a 64 MB checkpoint on a slow uplink fits). */
+  requestTimeoutMs: number;
+  /** Its headers within this. */
+  headersTimeoutMs: number;
+  /** Open connections from one IP address (a household's tabs share one). */
+  maxConnectionsPerIp: number;
+}
+
+export const DEFAULT_HTTP_LIMITS: HttpLimits = { requestTimeoutMs: 120_000, headersTimeoutMs: 20_000, maxConnectionsPerIp: 256 };
+
+/**
+ * The HTTP server under Fastify and socket.io: a request that never finishes
+ * (a body promised and not sent, a byte every few seconds) is answered 408 and
+ * closed once its time is up, checked every second; connections beyond the
+ * per-IP cap are closed at once.
+ */
+function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void, limits: HttpLimits): HttpServer {
+  const server = createServer(
+    { requestTimeout: limits.requestTimeoutMs, headersTimeout: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs), connectionsCheckingInterval: 1000 },
+    handler,
+  );
+  const open = new Map<string, number>();
+  server.on('connection', (socket: Socket) => {
+    const ip = socket.remoteAddress ?? '?';
+    const n = (open.get(ip) ?? 0) + 1;
+    if (n > limits.maxConnectionsPerIp) {
+      socket.destroy();
+      return;
+    }
+    open.set(ip, n);
+    socket.once('close', () => {
+      const left = (open.get(ip) ?? 1) - 1;
+      if (left > 0) open.set(ip, left);
+      else open.delete(ip);
+    });
+  });
+  return server;
 }
 
 export interface App {
@@ -28,8 +79,30 @@ export interface App {
   io: Server;
   coordinator: Coordinator;
   db: Database;
-  validator: HeldOutEvaluator;
+  /** The validator: held-out loss, spot checks, scores and settlement (its work runs in a process of its own). */
+  validator: Validator;
   close(): Promise<void>;
+}
+
+/** The files a dataset folder serves (scripts/prepare-data.ts writes them): no other name, no `..`. */
+const DATASET_FILE = /^\/sotu-brown-v[0-9]+-bpe[0-9]+\/(?:manifest\.json|tokenizer\.json|(?:train|heldout)-[0-9]{3}\.bin)$/;
+
+/** Paths the web app's router owns: not the API, the data or socket.io, and no file name (a missing asset stays 404). */
+const APP_PAGE = /^\/(?!(?:api|data|socket\.io)(?:\/|$))(?:[^./]*\/)*[^./]*$/;
+
+/**
+ * The web app's pages (/rewards, /dashboard…) are its router's addresses: a
+ * browser opening or reloading one gets index.html, and the app shows the page.
+ * Anything else not found keeps Fastify's 404.
+ */
+function serveAppPages(fastify: FastifyInstance, indexHtml: string): void {
+  fastify.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0]!;
+    if (req.method === 'GET' && APP_PAGE.test(path) && existsSync(indexHtml)) {
+      return reply.type('text/html; charset=utf-8').header('cache-control', 'no-cache').send(createReadStream(indexHtml));
+    }
+    return reply.code(404).send({ message: `Route ${req.method}:${req.url} not found`, error: 'Not Found', statusCode: 404 });
+  });
 }
 
 /**
@@ -38,23 +111,36 @@ export interface App {
  */
 export async function buildApp(options: AppOptions = {}): Promise<App> {
   await cryptoReady();
-  const fastify = Fastify({ logger: options.logger ?? false, bodyLimit: 64 * 1024 });
+  const rewards = rewardsSettings(options.rewards); // a bad domain fails here, before anything opens
+  const limits = { ...DEFAULT_HTTP_LIMITS, ...options.http };
+  const fastify = Fastify({ logger: options.logger ?? false, bodyLimit: 64 * 1024, serverFactory: (handler) => httpServer(handler, limits) });
+  // A failure of the coordinator's own is logged in full and answered without its internals.
+  fastify.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
+    if ((err.statusCode ?? 500) < 500) return reply.send(err); // Fastify's own answer to a bad request
+    req.log.error({ err }, 'request failed');
+    return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
+  });
   const db = await openDatabase(options.database ?? {});
   const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
   // Miners that were active when the coordinator stopped must reconnect and register again.
   await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
+  const validator = new Validator(coordinator);
   await fastify.register(statusRoutes, { coordinator });
   await fastify.register(checkpointRoutes, { coordinator });
+  await fastify.register(incentiveRoutes, { coordinator });
+  await fastify.register(probeRoutes, { spotChecks: validator.spotChecks });
+  await fastify.register(rewardRoutes, { coordinator, settings: rewards });
   if (options.dataRoot && existsSync(options.dataRoot)) {
     // Only the prepared datasets (manifest, tokenizer, shards); byte ranges let a tab fetch windows.
-    await fastify.register(fastifyStatic, { root: options.dataRoot, prefix: '/data/', decorateReply: false, allowedPath: (path) => /^\/sotu-brown-[^/]+\/[\w.-]+$/.test(path) });
+    await fastify.register(fastifyStatic, { root: options.dataRoot, prefix: '/data/', decorateReply: false, allowedPath: (path) => DATASET_FILE.test(path) });
   }
   if (options.webRoot && existsSync(options.webRoot)) {
     await fastify.register(fastifyStatic, { root: options.webRoot, prefix: '/', decorateReply: false });
+    serveAppPages(fastify, join(options.webRoot, 'index.html'));
   }
-  const validator = new HeldOutEvaluator(coordinator);
   // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
   const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false });
+  refuseOtherSocketMethods(fastify.server);
   attachRegistration(io, coordinator);
   const silentMs = options.silentMs ?? 15_000;
   const sweepMs = Math.min(1000, silentMs / 2);
@@ -68,6 +154,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     lastSweep = now;
     if (now >= trustAfter) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
     coordinator.phases.tick().catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
+    validator.tick();
   }, sweepMs);
   sweep.unref();
   return {
@@ -79,6 +166,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     async close() {
       clearInterval(sweep);
       io.close();
+      await validator.close();
       // Requests in flight finish; a keep-alive connection is closed as soon as it goes idle,
       // not after Node's keep-alive timeout (72 s under Fastify: a stopped miner's last request
       // held a test's close for that long).
@@ -92,4 +180,22 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
       await db.close();
     },
   };
+}
+
+/**
+ * engine.io answers a method other than GET or POST on a live session's URL
+ * (a DELETE) with a bare 500 from the transport itself: such requests are
+ * refused first, by name, and never reach it.
+ */
+function refuseOtherSocketMethods(server: HttpServer): void {
+  const engine = server.listeners('request') as Array<(req: IncomingMessage, res: ServerResponse) => void>;
+  server.removeAllListeners('request');
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    if (req.url?.startsWith('/socket.io/') && req.method !== 'GET' && req.method !== 'POST') {
+      res.writeHead(405, { 'content-type': 'application/json', allow: 'GET, POST' });
+      res.end(JSON.stringify({ error: 'METHOD_NOT_ALLOWED', message: `socket.io takes GET and POST, not ${String(req.method).slice(0, 16)}` }));
+      return;
+    }
+    for (const listener of engine) listener.call(server, req, res);
+  });
 }

@@ -59,7 +59,7 @@ describe('checkpoints, late joiners and the held-out validator', () => {
   });
 
   it('stores the swarm\'s checkpoints; the validator evaluates them; a late joiner starts from them', async () => {
-    const swarm = [newMiner(generateIdentity(), 30), newMiner(generateIdentity()), newMiner(generateIdentity())];
+    const swarm = [newMiner(generateIdentity(), 60), newMiner(generateIdentity()), newMiner(generateIdentity())];
     for (const m of swarm) await m.start();
     expect(swarm.map((m) => m.registration!.stage)).toEqual([0, 1, 2]);
     await expect.poll(() => swarm.every((m) => m.checkpointsUploaded >= 3), { timeout: 180_000, interval: 500 }).toBe(true);

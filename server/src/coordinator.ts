@@ -1,9 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Socket } from 'socket.io';
 import type { Database } from './db/database';
+import { ActivationRegistry } from './activations';
 import { PhaseMachine } from './phases';
-import { DEFAULT_MERGE, type RunConfig } from './run-config';
+import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
 import { rebalanceStages } from './socket/registration';
+import { Flags } from './validator/flags';
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
@@ -11,6 +13,10 @@ export class Coordinator {
   /** Bytes the coordinator carried for miners: signaling, and frames where no direct path exists. */
   readonly relayed = { signalBytes: 0, frameBytes: 0 };
   readonly phases: PhaseMachine;
+  /** Microbatches that exist (announced by the stage-0 miner that made them). */
+  readonly activations: ActivationRegistry;
+  /** Evidence against miners; a flagged miner leaves the pipeline. */
+  readonly flags: Flags;
 
   constructor(
     readonly db: Database,
@@ -19,6 +25,8 @@ export class Coordinator {
     readonly log: FastifyBaseLogger,
   ) {
     this.phases = new PhaseMachine(this);
+    this.activations = new ActivationRegistry(db, runId);
+    this.flags = new Flags(this);
   }
 
   /** Loads the run by name, creating it on first start; a restart resumes the same run. */
@@ -30,6 +38,7 @@ export class Coordinator {
     const stored = rows[0]!;
     const config = typeof stored.config === 'string' ? (JSON.parse(stored.config) as RunConfig) : stored.config;
     config.merge = { ...DEFAULT_MERGE, ...config.merge }; // runs stored before merges existed
+    config.incentives = { ...DEFAULT_INCENTIVES, ...config.incentives }; // …and before incentives
     // A run's layout never changes under its miners: the stored one wins.
     const coordinator = new Coordinator(db, config, stored.id, log);
     await coordinator.phases.load();

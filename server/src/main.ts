@@ -1,7 +1,9 @@
 /**
- * The coordinator's command line: embedded PGlite under ./data/coordinator
+ * The coordinator's command line: embedded PGlite under ./db/coordinator (outside ./data, which is served)
  * by default, a PostgreSQL server when DATABASE_URL is set.
  *   npm run coordinator -- --port 8080 --preset small --stages 3
+ * --domain (or TAH_DOMAIN) is what wallets sign for in payout links and claims:
+ * the host name people open (train.example.org); by default localhost:PORT.
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -17,7 +19,8 @@ const { values } = parseArgs({
     stages: { type: 'string', default: '3' },
     bottleneck: { type: 'string' },
     run: { type: 'string', default: 'default' },
-    'data-dir': { type: 'string', default: fileURLToPath(new URL('../../data/coordinator', import.meta.url)) },
+    domain: { type: 'string', default: process.env.TAH_DOMAIN },
+    'data-dir': { type: 'string', default: fileURLToPath(new URL('../../db/coordinator', import.meta.url)) },
   },
 });
 
@@ -31,6 +34,7 @@ const app = await buildApp({
     stages: Number(values.stages),
     ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
   },
+  rewards: { domain: values.domain ?? `localhost:${values.port}` },
   database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },
 });
 await app.fastify.listen({ port: Number(values.port), host: values.host });

@@ -168,16 +168,28 @@ export class PhaseMachine {
     if (participants.length === 0) await this.finish(stage, s);
   }
 
-  async onMerged(minerId: string, msg: ClientMessage<'merged'>): Promise<void> {
+  /** A replica's merge report; `arrived` (clock.ts) is when its training with the merged weights began, as the coordinator saw it. */
+  async onMerged(minerId: string, msg: ClientMessage<'merged'>, arrived: string): Promise<void> {
     const s = this.stages[msg.stage];
     if (!s || s.phase !== 'merging' || !s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not merging round ${msg.round}`);
     if (!s.go.participants.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a participant of the round');
     if (s.merged.has(minerId)) throw new ProtocolError('REPLAYED', 'already reported');
     s.merged.set(minerId, { ok: msg.ok, hash: msg.hash, error: msg.error, clipped: msg.clipped });
+    const { go, round } = s;
+    if (msg.ok) {
+      await this.c.db.query(`UPDATE epochs SET merged_at = merged_at || jsonb_build_object($4::text, $5::text) WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [
+        this.c.runId,
+        msg.stage,
+        round,
+        minerId,
+        arrived,
+      ]);
+    }
     const events = msg.evidence.map((e) => ({ kind: 'dispute', miner: e.liar ?? null, detail: { partition: e.partition, owners: e.owners, hashes: e.hashes } }));
     if (!msg.ok) events.push({ kind: 'failed', miner: minerId, detail: { error: msg.error } as never });
-    await this.record(msg.stage, s.round, minerId, events);
-    if (s.merged.size === s.go.participants.length && !s.busy) {
+    await this.record(msg.stage, round, minerId, events);
+    // Meanwhile another report (or the tick's deadline) may have finished this round.
+    if (s.go === go && s.merged.size === go.participants.length && !s.busy) {
       s.busy = true;
       try {
         await this.finish(msg.stage, s);

@@ -276,5 +276,10 @@ describe('coordinator: static files', () => {
     expect(range.rawPayload.length).toBe(128);
     expect((await app.fastify.inject({ method: 'GET', url: '/data/../package.json' })).statusCode).toBe(404);
     expect((await app.fastify.inject({ method: 'GET', url: '/data/coordinator/PG_VERSION' })).statusCode).toBe(404);
+    // Only the names a dataset has: no `..`, encoded or not, and no other file.
+    for (const path of [`/data/${datasetName(320)}/..`, `/data/${datasetName(320)}/%2e%2e`, `/data/${datasetName(320)}/..%2f..%2fpackage.json`, `/data/${datasetName(320)}/notes.txt`]) {
+      expect((await app.fastify.inject({ method: 'GET', url: path })).statusCode, path).toBe(404);
+    }
+    expect((await app.fastify.inject({ method: 'GET', url: `/data/${datasetName(320)}/manifest.json` })).statusCode).toBe(200);
   });
 });

@@ -10,6 +10,31 @@ export interface RunConfig extends RunLayout {
   training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
   /** The stages' merges (the phase machine: training → merging → training). */
   merge: MergeSettings;
+  /** Scoring and paying miners (the validator). */
+  incentives: IncentiveSettings;
+}
+
+export interface IncentiveSettings {
+  /** Wall time of one emission epoch; epoch e covers [run start + e·epochMs, run start + (e+1)·epochMs). */
+  epochMs: number;
+  /**
+   * An epoch is settled this long after it ends: evidence about its work (spot checks, which
+   * wait for the next merge's exact replays, and flags) keeps arriving after its end, and a
+   * payout cannot be taken back.
+   */
+  settleAfterMs: number;
+  /** Base units emitted per epoch, a decimal integer string (amounts are integers end to end). */
+  emissionPerEpoch: string;
+  /** Epochs of evidence (CLASP observations, spot checks, flags) behind each epoch's quality. */
+  windowEpochs: number;
+  /** Share of completed microbatches the validator samples for replay (those some miner processed right after a merge are replayed). */
+  spotCheckRate: number;
+  /** A miner has this long to upload a payload the validator asked for. */
+  probeTimeoutMs: number;
+  /** Pathway diversity for CLASP: each replica's downstream partner rotates at every merge of its stage. */
+  rotatePathways: boolean;
+  /** A receipt refused for an unknown microbatch is looked up again this much later before it counts as forged (validator/flags.ts). */
+  forgeryRecheckMs: number;
 }
 
 export interface MergeSettings {
@@ -34,7 +59,23 @@ export interface MergeSettings {
 }
 
 /** What an operator may set: any field, and any part of the training settings. */
-export type RunOverrides = Partial<Omit<RunConfig, 'training' | 'merge'>> & { training?: Partial<RunConfig['training']>; merge?: Partial<MergeSettings> };
+export type RunOverrides = Partial<Omit<RunConfig, 'training' | 'merge' | 'incentives'>> & {
+  training?: Partial<RunConfig['training']>;
+  merge?: Partial<MergeSettings>;
+  incentives?: Partial<IncentiveSettings>;
+};
+
+export const DEFAULT_INCENTIVES: IncentiveSettings = {
+  epochMs: 3_600_000,
+  settleAfterMs: 600_000,
+  // 1 token of 10^9 base units per epoch (Bittensor's rao are 10^-9 TAO).
+  emissionPerEpoch: '1000000000',
+  windowEpochs: 3,
+  spotCheckRate: 0.25,
+  probeTimeoutMs: 10_000,
+  rotatePathways: true,
+  forgeryRecheckMs: 30_000,
+};
 
 export const DEFAULT_MERGE: MergeSettings = {
   every: 10,
@@ -71,6 +112,7 @@ export function defaultRunConfig(overrides: RunOverrides = {}): RunConfig {
       ...overrides.training,
     },
     merge: { ...DEFAULT_MERGE, ...overrides.merge },
+    incentives: { ...DEFAULT_INCENTIVES, ...overrides.incentives },
   };
   stageSpecs(PRESETS[config.preset], config); // throws ConfigError on an impossible layout
   return config;

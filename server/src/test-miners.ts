@@ -1,40 +1,16 @@
-import wrtc from '@roamhq/wrtc';
-import { DATA_DIR, datasetName, initNodeBackend, loadDataset } from '@train-at-home/model/node';
-import { generateIdentity } from '@train-at-home/protocol';
-import { Miner, type MinerOptions } from '@train-at-home/swarm';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
-import { buildApp, type App } from './app';
-import { testDatabase } from './db/test-database';
-import type { RunOverrides } from './run-config';
+import type { App } from './app';
+
+export { localMiner } from './testing/local-miner';
+export { listeningCoordinator } from './testing/coordinator';
 
 const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.meta.url));
 
 export interface MinerProcess {
   child: ChildProcess;
   output: string;
-}
-
-/** A coordinator on the test database (PGlite, or PostgreSQL when configured) listening on a free loopback port, for in-process miners. */
-export async function listeningCoordinator(run: RunOverrides): Promise<{ app: App; url: string }> {
-  await initNodeBackend();
-  const app = await buildApp({ database: await testDatabase(), run });
-  return { app, url: await app.fastify.listen({ port: 0, host: '127.0.0.1' }) };
-}
-
-/** An in-process miner (the CLI's Miner) over real WebRTC, on the locally prepared data; options override. */
-export function localMiner(coordinatorUrl: string, extra: Partial<MinerOptions> = {}): Miner {
-  return new Miner({
-    coordinatorUrl,
-    identity: generateIdentity(),
-    backend: 'wasm',
-    tokensPerSec: 100,
-    wrtc,
-    tokens: { train: async (v) => loadDataset(join(DATA_DIR, datasetName(v))).train },
-    ...extra,
-  });
 }
 
 /** Real miner processes (the CLI) for integration tests, killed at the end. */

@@ -35,7 +35,7 @@ export class StageError extends Error {
  * the embedding on the first stage, the bottleneck ends at its boundaries, and
  * the final norm, head and loss on the last. Returns [B*T, b] or the loss.
  */
-export function stageForward(spec: StageSpec, p: Params, input: StageInput, x: tf.Tensor): tf.Tensor {
+export function stageForward(spec: StageSpec, p: Params, input: StageInput, x: tf.Tensor, logitsOnly = false): tf.Tensor {
   const { batch, time } = input;
   const { dModel, nHead } = spec.config;
   let h: tf.Tensor2D;
@@ -51,8 +51,9 @@ export function stageForward(spec: StageSpec, p: Params, input: StageInput, x: t
   }
   for (let l = spec.firstLayer; l < spec.endLayer; l++) h = block(h, p, l, batch, time, nHead);
   if (!spec.isLast) return spec.hasDown ? bottleneckDown(h, p, spec.index, spec.layout.bottleneck) : h;
-  if (!input.targets) throw new StageError('the last stage needs targets');
   const logits = mm(layerNorm(h, p["lnf.g"]!, p["lnf.b"]!), p.head!); // [B*T, V]
+  if (logitsOnly) return logits;
+  if (!input.targets) throw new StageError('the last stage needs targets');
   return crossEntropy(logits, tf.reshape(input.targets, [batch * time]) as tf.Tensor1D);
 }
 
@@ -77,6 +78,13 @@ export class Stage {
   forward(input: StageInput): tf.Tensor {
     this.checkInput(input);
     return tf.tidy(() => stageForward(this.spec, this.params, input, input.x));
+  }
+
+  /** The last stage's next-token logits [B*T, V] (sampling text from the model; no targets needed). */
+  logits(input: StageInput): tf.Tensor2D {
+    if (!this.spec.isLast) throw new StageError('only the last stage has logits');
+    this.checkInput(input);
+    return tf.tidy(() => stageForward(this.spec, this.params, input, input.x, true)) as tf.Tensor2D;
   }
 
   /**

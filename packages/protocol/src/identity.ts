@@ -11,7 +11,8 @@ export const SIGNING_DOMAIN = 'train-at-home/v1';
 /** SS58 prefix 42: the generic Substrate address format. */
 export const SS58_PREFIX = 42;
 
-export type SignaturePurpose = 'register' | 'signal' | 'receipt' | 'checkpoint';
+/** 'payout-link': the miner agrees that its earnings go to a wallet (over { message }, the wallet's link message). */
+export type SignaturePurpose = 'register' | 'signal' | 'receipt' | 'checkpoint' | 'payout-link';
 
 export interface Identity {
   /** 0x-prefixed hex of the 32-byte sr25519 public key. */

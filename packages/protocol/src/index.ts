@@ -1,3 +1,4 @@
 export * from './frames';
 export * from './identity';
 export * from './messages';
+export * from './rewards';

@@ -18,6 +18,8 @@ const MinerId = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9
 const Sha256Hex = Type.String({ pattern: '^[0-9a-f]{64}$' });
 /** 16 bytes as 32 hex characters: the id of one microbatch. */
 const ActivationId = Type.String({ pattern: '^[0-9a-f]{32}$' });
+/** PostgreSQL's integer: every integer field stored in one has its bounds. */
+const INT4_MAX = 2 ** 31 - 1;
 
 export const ClientEvents = {
   /** Asks for a registration challenge. */
@@ -51,7 +53,7 @@ export const ClientEvents = {
   receipt: Type.Object(
     {
       v: Version,
-      epoch: Type.Integer({ minimum: 0 }),
+      epoch: Type.Integer({ minimum: 0, maximum: INT4_MAX }),
       activationId: ActivationId,
       direction: Type.Union([Type.Literal('activation'), Type.Literal('gradient')]),
       from: MinerId,
@@ -65,7 +67,7 @@ export const ClientEvents = {
   loss: Type.Object(
     {
       v: Version,
-      epoch: Type.Integer({ minimum: 0 }),
+      epoch: Type.Integer({ minimum: 0, maximum: INT4_MAX }),
       activationId: ActivationId,
       pathway: Type.Array(MinerId, { minItems: 1, maxItems: 32 }),
       loss: Type.Number({ minimum: 0, maximum: 100 }),
@@ -77,7 +79,7 @@ export const ClientEvents = {
     {
       v: Version,
       stage: Type.Integer({ minimum: 0, maximum: 63 }),
-      round: Type.Integer({ minimum: 1 }),
+      round: Type.Integer({ minimum: 1, maximum: INT4_MAX }),
       stateId: Sha256Hex,
       microbatches: Type.Integer({ minimum: 0 }),
     },
@@ -88,7 +90,7 @@ export const ClientEvents = {
     {
       v: Version,
       stage: Type.Integer({ minimum: 0, maximum: 63 }),
-      round: Type.Integer({ minimum: 1 }),
+      round: Type.Integer({ minimum: 1, maximum: INT4_MAX }),
       ok: Type.Boolean(),
       /** The round's error code when it failed (the replica kept its weights). */
       error: Type.Optional(Type.String({ maxLength: 64, pattern: '^[A-Z_]+$' })),
@@ -123,7 +125,11 @@ export type ProtocolErrorCode =
   | 'OUT_OF_PHASE'
   | 'NOT_REGISTERED'
   | 'UNKNOWN_PEER'
-  | 'REPLAYED';
+  | 'REPLAYED'
+  /** A receipt or loss report for a microbatch no stage-0 miner ever sent. */
+  | 'UNKNOWN_ACTIVATION'
+  /** The validator flagged this miner: it may not take part in this run again. */
+  | 'FLAGGED';
 
 export class ProtocolError extends Error {
   override name = 'ProtocolError';
@@ -149,8 +155,11 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
     throw new ProtocolError('SCHEMA', 'message is not plain JSON');
   }
   if (size > MAX_SOCKET_MESSAGE_BYTES) throw new ProtocolError('TOO_LARGE', `${size} bytes exceed ${MAX_SOCKET_MESSAGE_BYTES}`);
-  if (typeof data === 'object' && data !== null && 'v' in data && (data as { v: unknown }).v !== PROTOCOL_VERSION) {
-    throw new ProtocolError('BAD_VERSION', `version ${String((data as { v: unknown }).v)}, this coordinator speaks ${PROTOCOL_VERSION}`);
+  if (typeof data === 'object' && data !== null && 'v' in data) {
+    // Read as data only: a version that is an object ({ toString: 1 }) must not run or throw here.
+    const v = (data as { v: unknown }).v;
+    if (typeof v !== 'number') throw new ProtocolError('SCHEMA', '/v: the protocol version is a number');
+    if (v !== PROTOCOL_VERSION) throw new ProtocolError('BAD_VERSION', `version ${v}, this coordinator speaks ${PROTOCOL_VERSION}`);
   }
   const checker = checkers[event as E];
   if (!checker.Check(data)) {

@@ -7,6 +7,8 @@ export interface Registration {
   stage: number;
   runId: number;
   layout: { name: string; preset: string; stages: number; bottleneck: number; int8: boolean };
+  /** Each stage's merge round when this miner registered (pathways rotate with it). */
+  rounds?: number[];
 }
 
 export class CoordinatorError extends Error {

@@ -7,3 +7,4 @@ export * from './pipeline';
 export * from './miner';
 export * from './allreduce';
 export * from './merge';
+export * from './rewards-client';

@@ -6,7 +6,7 @@ import { readFlat, runMerge, type MergeOutcome } from './merge';
 import { io, type Socket } from 'socket.io-client';
 import { coordinatorSignals, register, request, type Registration } from './coordinator-client';
 import { PeerMesh, type Mesh, type MeshOptions } from './mesh';
-import { PipelineWorker, type BoundaryDeviceCodec } from './pipeline';
+import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 
 /** Where a first-stage miner gets training tokens (disk in Node, HTTP ranges in a browser). */
 export interface TokenSource {
@@ -46,6 +46,8 @@ export interface MinerOptions {
   log?: (line: string) => void;
   /** Fault injection for tests and drills: rewrites each all-reduce message this miner sends (a lying owner). */
   tamperAllReduce?: (to: string, message: Uint8Array) => Uint8Array;
+  /** Fault injection for the validator's tests and drills: a miner that cheats (read at every use). */
+  misbehave?: Misbehaviour;
 }
 
 /** What a miner is doing right now, for the person whose machine it is. */
@@ -76,6 +78,16 @@ export interface MinerStatus {
   progress?: { label: string; done: number; total: number };
   /** Hash of the checkpoint this miner's stage started from (absent: from the run's initial weights). */
   resumedFrom?: string;
+  /** The validator flagged this miner: it is out of the pipeline and earns nothing (the reason, as recorded). */
+  flagged?: { kind: string; reason: string };
+}
+
+/** The validator asks for a payload of a sampled microbatch (see server/src/validator/spot-checks.ts). */
+export interface ProbeRequest {
+  v: number;
+  probeId: string;
+  activationId: string;
+  direction: 'activation' | 'gradient';
 }
 
 type RunLayout = Registration['layout'] & {
@@ -83,6 +95,7 @@ type RunLayout = Registration['layout'] & {
   seed: number;
   training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
   merge: { readyMs: number; roundMs: number };
+  incentives?: { rotatePathways: boolean };
 };
 
 /**
@@ -102,6 +115,8 @@ export class Miner {
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   private stageMap: string[][] = [];
+  /** Miners that left the stage map less than departureGraceMs ago. */
+  private readonly departing = new Set<string>();
   private running = false;
   private heartbeat?: ReturnType<typeof setInterval>;
   private reconnectTimer?: ReturnType<typeof setTimeout>;
@@ -118,6 +133,11 @@ export class Miner {
   /** Stage 0: microbatches whose gradient came back and was applied; and how many were sent again. */
   completed = 0;
   resubmitted = 0;
+  /** Payloads uploaded for the validator's probes, and probes this miner could not answer. */
+  readonly probes = { answered: 0, missing: 0 };
+  /** The merge round of this miner's stage, as far as it knows (pathways rotate with it). */
+  private stageRound = 0;
+  private flagged?: { kind: string; reason: string };
 
   private phase: MinerPhase = 'registering';
   private progress?: MinerStatus['progress'];
@@ -173,6 +193,7 @@ export class Miner {
       merges: this.merges.length,
       ...(this.progress ? { progress: this.progress } : {}),
       ...(this.resumedFrom ? { resumedFrom: this.resumedFrom } : {}),
+      ...(this.flagged ? { flagged: this.flagged } : {}),
     };
   }
 
@@ -235,6 +256,7 @@ export class Miner {
     });
     const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
     this.registration = registration;
+    this.stageRound = registration.rounds?.[registration.stage] ?? 0;
     const { minerId, stage, layout } = registration;
     log(`registered as ${minerId.slice(0, 8)}…, stage ${stage} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}${layout.int8 ? ', int8' : ''})`);
 
@@ -259,6 +281,39 @@ export class Miner {
     });
     socket.on('merge', (m: MergeStart) => void this.onMergeStart(m));
     socket.on('merge-go', (m: MergeGo) => void this.onMergeGo(m));
+    socket.on('probe', (m: ProbeRequest) => void this.onProbe(m));
+    socket.on('flagged', (m: { kind?: unknown; reason?: unknown }) => {
+      if (typeof m?.kind === 'string' && typeof m.reason === 'string') {
+        this.flagged = { kind: m.kind.slice(0, 64), reason: m.reason.slice(0, 500) };
+        log(`flagged by the validator: ${this.flagged.kind}: ${this.flagged.reason}`);
+      }
+    });
+  }
+
+  /**
+   * The validator sampled a microbatch this miner took part in and asks for a
+   * payload it sent or received; the coordinator checks it against the hash
+   * both ends confirmed, so only the true bytes are accepted.
+   */
+  private async onProbe(m: ProbeRequest): Promise<void> {
+    if (typeof m?.probeId !== 'string' || !/^[0-9a-f]{32}$/.test(m.probeId) || typeof m.activationId !== 'string') return;
+    if (m.direction !== 'activation' && m.direction !== 'gradient') return;
+    const payload = this.worker?.payloadFor(m.direction, m.activationId);
+    if (!payload) {
+      this.probes.missing++;
+      return;
+    }
+    try {
+      const res = await fetch(`${this.o.coordinatorUrl}/api/probes/${m.probeId}`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/octet-stream', 'x-miner-id': this.registration?.minerId ?? '' },
+        body: payload as unknown as BodyInit,
+      });
+      if (res.ok) this.probes.answered++;
+      else this.o.log?.(`probe ${m.probeId.slice(0, 8)} refused: ${res.status} ${(await res.text()).slice(0, 200)}`);
+    } catch (e) {
+      this.o.log?.(`probe ${m.probeId.slice(0, 8)} not sent: ${(e as Error).message}`);
+    }
   }
 
   /**
@@ -306,6 +361,8 @@ export class Miner {
       mesh: this.mesh!,
       nextPeers: () => this.stageMap[stage + 1] ?? [],
       rank: () => (this.stageMap[stage] ?? []).indexOf(minerId),
+      rotation: () => (layout.incentives?.rotatePathways === false ? 0 : this.stageRound),
+      previousPeers: stage > 0 ? () => this.previousPeers(stage) : undefined,
       epoch: () => 0,
       ...layout.training,
       microbatchTimeoutMs: this.o.microbatchTimeoutMs,
@@ -321,10 +378,16 @@ export class Miner {
         this.rate.push([this.lastWorkAt, this.worker?.stats.tokens ?? 0]);
         if (this.rate.length > 1000) this.rate.shift();
         this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t });
+        if (this.o.misbehave?.forgeReceipts) {
+          const invented = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+          const peer = t.from === minerId ? t.to : t.from;
+          this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t, activationId: invented, from: minerId, to: peer });
+        }
       },
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: () => this.sinceMerge++,
       deviceCodec: this.o.deviceCodec,
+      misbehave: this.o.misbehave,
     });
     this.worker = worker;
     if (stage === 0) void this.feed(config.contextLength, layout, worker);
@@ -357,9 +420,11 @@ export class Miner {
       return;
     }
     const model = this.model!;
+    this.stageRound = go.round;
     try {
       const outcome = await runMerge(go, model, this.outer!, this.butterfly!);
       if (this.model !== model) return; // moved stage meanwhile
+      if (outcome.ok) this.worker?.merged();
       const { round: detail, ...summary } = outcome;
       this.merges.push({ stage: go.stage, round: go.round, mode: go.mode, participants: go.participants.length, ...summary });
       if (this.merges.length > 1000) this.merges.shift();
@@ -423,6 +488,14 @@ export class Miner {
   }
 
   /**
+   * Miners of the previous stage, including those that left the map within
+   * the grace period (their activations in flight are still good).
+   */
+  private previousPeers(stage: number): string[] {
+    return [...(this.stageMap[stage - 1] ?? []), ...this.departing];
+  }
+
+  /**
    * A new stage map. A neighbour missing from it for departureGraceMs is
    * forgotten, with its in-flight work. The grace matters while a restarted
    * coordinator rebuilds the map miner by miner: the peers themselves, still
@@ -434,7 +507,9 @@ export class Miner {
     const now = new Set(stages.flat());
     for (const id of before) {
       if (now.has(id)) continue;
+      this.departing.add(id);
       setTimeout(() => {
+        this.departing.delete(id);
         if (!this.running || this.stageMap.flat().includes(id)) return;
         const dropped = this.worker?.forgetPeer(id) ?? 0;
         this.mesh?.close(id);

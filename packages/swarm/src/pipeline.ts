@@ -10,9 +10,12 @@ import {
   type StageInput,
   type TokenBatch,
 } from '@train-at-home/model';
-import type { AssembledMessage } from '@train-at-home/protocol';
+import { payloadHashHex, type AssembledMessage } from '@train-at-home/protocol';
 import type { Mesh } from './mesh';
 import { decodeMicrobatch, encodeMicrobatch } from './microbatch';
+
+/** Payloads kept for the validator's probes (both directions, sent and received). */
+export const PAYLOAD_CACHE_ENTRIES = 64;
 
 export interface PipelineWorkerOptions {
   selfId: string;
@@ -29,6 +32,16 @@ export interface PipelineWorkerOptions {
    * that drift apart until they merge. Random among them without it.
    */
   rank?: () => number;
+  /**
+   * Pathway diversity for the validator's attribution (CLASP): the partner of
+   * rank r is the one at (r + rotation) among the next stage's replicas, and
+   * the miner passes its stage's merge round here, so partners change at
+   * every merge (when every replica holds the same weights) and stay fixed
+   * between merges.
+   */
+  rotation?: () => number;
+  /** Miners holding the previous stage: activations from anyone else are refused (absent: from anyone). */
+  previousPeers?: () => string[];
   epoch: () => number;
   peakLr: number;
   warmupSteps: number;
@@ -53,6 +66,25 @@ export interface PipelineWorkerOptions {
    * JS codec on downloaded values.
    */
   deviceCodec?: BoundaryDeviceCodec;
+  /** Fault injection for tests and drills: a cheating miner (see Misbehaviour). */
+  misbehave?: Misbehaviour;
+}
+
+/**
+ * What a dishonest miner does, for the validator's adversarial tests and
+ * drills. An honest miner has none of these.
+ */
+export interface Misbehaviour {
+  /** Rewrites the boundary tensor this stage sends forward (noise, zeros, a stale copy). */
+  output?(out: tf.Tensor2D): tf.Tensor2D;
+  /** Rewrites the input gradient this stage sends back (a sign flip). */
+  inputGrad?(grad: tf.Tensor2D): tf.Tensor2D;
+  /** Rewrites the loss the last stage reports. */
+  reportedLoss?(loss: number): number;
+  /** A free-rider: forwards its input unchanged, passes gradients through, never computes or steps. */
+  freeRide?: boolean;
+  /** After every real transfer, also confirms one of a microbatch that never existed (read by the Miner). */
+  forgeReceipts?: boolean;
 }
 
 export interface BoundaryDeviceCodec {
@@ -62,6 +94,10 @@ export interface BoundaryDeviceCodec {
 
 interface Pending {
   input: StageInput;
+  /** The weights' generation when its forward ran (see PipelineWorker.merged). */
+  generation: number;
+  /** First input token of each row, carried to the next stage (see microbatch.ts). */
+  firstTokens: Int32Array;
   /** Who sent the activation (absent on stage 0): the gradient goes back there. */
   from?: string;
   /** Who received our activation: only they may send its gradient. */
@@ -107,10 +143,13 @@ export class PipelineWorker {
   private readonly lr: (step: number) => number;
   private readonly precision: Precision;
   private queue: Promise<void> = Promise.resolve();
+  private generation = 0;
+  /** Recent payloads by `${direction}:${activationId}`, oldest first (Map keeps insertion order). */
+  private readonly payloads = new Map<string, Uint8Array>();
   step = 0;
   private disposed = false;
   private release?: () => void;
-  readonly stats = { microbatches: 0, tokens: 0, computeMs: 0, rejected: 0 };
+  readonly stats = { microbatches: 0, tokens: 0, computeMs: 0, rejected: 0, staleGradients: 0 };
 
   constructor(private readonly o: PipelineWorkerOptions) {
     this.optimizer = new AdamW(o.stage.params, o.stage.specs);
@@ -144,7 +183,8 @@ export class PipelineWorker {
         .then(async () => {
           const activationId = crypto.getRandomValues(new Uint8Array(16));
           const input: StageInput = { batch: batch.batch, time: batch.time, x: tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32') };
-          const entry: Pending = { input, done: { resolve, reject } };
+          const firstTokens = Int32Array.from({ length: batch.batch }, (_, b) => batch.inputs[b * batch.time]!);
+          const entry: Pending = { input, firstTokens, generation: this.generation, done: { resolve, reject } };
           const key = hex(activationId);
           this.pending.set(key, entry);
           entry.timer = setTimeout(
@@ -157,12 +197,51 @@ export class PipelineWorker {
     });
   }
 
+  /** Microbatches this worker holds whose gradient has not come back yet. */
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  /**
+   * The stage's weights were replaced by a merge. A microbatch whose forward
+   * ran before belongs to the old weights: when its gradient returns, its
+   * input gradient is still computed and sent back (the pipeline above it
+   * needs it, and it counts as work), but its weight gradient is dropped.
+   * So no gradient of the old weights lands on the merged ones, and the
+   * first microbatch after a merge runs on exactly the weights every replica
+   * agreed on, which the validator holds too and replays exactly
+   * (server/src/validator/spot-checks.ts counts steps the same way).
+   */
+  merged(): void {
+    this.generation++;
+  }
+
+  /** A payload this miner recently sent or received, for the validator's probe (undefined once evicted). */
+  payloadFor(direction: 'activation' | 'gradient', activationId: string): Uint8Array | undefined {
+    return this.payloads.get(`${direction}:${activationId}`);
+  }
+
+  private keep(direction: 'activation' | 'gradient', activationId: string, payload: Uint8Array): void {
+    const key = `${direction}:${activationId}`;
+    this.payloads.delete(key);
+    this.payloads.set(key, payload);
+    while (this.payloads.size > PAYLOAD_CACHE_ENTRIES) this.payloads.delete(this.payloads.keys().next().value!);
+  }
+
+  /** Confirms a transfer this miner is about to send (before it goes: the coordinator learns of a microbatch from stage 0 first). */
+  private confirmSending(direction: 'activation' | 'gradient', activationId: Uint8Array, to: string, payload: Uint8Array): void {
+    const id = hex(activationId);
+    this.keep(direction, id, payload);
+    this.o.onTransfer?.({ direction, activationId: id, from: this.o.selfId, to, bytes: payload.length, payloadHash: payloadHashHex(payload) });
+  }
+
   private async handle(from: string, message: AssembledMessage): Promise<void> {
     if (message.runId !== this.o.runId) throw new Error(`frame for run ${message.runId}`);
     if (message.kind === 'activation') await this.onActivation(from, message);
     else if (message.kind === 'gradient') await this.onGradient(from, message);
     else return;
     // Accepted: confirm the receipt (a refused message is never confirmed).
+    this.keep(message.kind, hex(message.activationId), message.payload);
     this.o.onTransfer?.({
       direction: message.kind,
       activationId: hex(message.activationId),
@@ -176,6 +255,7 @@ export class PipelineWorker {
   private async onActivation(from: string, message: AssembledMessage): Promise<void> {
     const spec = this.o.stage.spec;
     if (spec.isFirst) throw new Error('the first stage receives no activations');
+    if (this.o.previousPeers && !this.o.previousPeers().includes(from)) throw new Error('activation from a miner that does not hold the previous stage');
     const mb = decodeMicrobatch(message.payload, {
       maxBatch: this.o.maxBatch ?? 256,
       time: spec.config.contextLength,
@@ -185,7 +265,7 @@ export class PipelineWorker {
     if (mb.pathway[mb.pathway.length - 1] !== from) throw new Error('pathway does not end with the sender');
     const rows = mb.batch * mb.time;
     const input: StageInput = { batch: mb.batch, time: mb.time, x: this.decode(mb.frame, rows, spec.inputWidth) };
-    const entry: Pending = { input, from };
+    const entry: Pending = { input, firstTokens: mb.firstTokens, generation: this.generation, from };
     const key = hex(message.activationId);
     if (this.pending.has(key)) throw new Error('activation id already in flight');
     this.pending.set(key, entry);
@@ -211,24 +291,47 @@ export class PipelineWorker {
 
   private async forwardAndSend(activationId: Uint8Array, entry: Pending, targets: Int32Array, pathway: string[]): Promise<void> {
     const started = performance.now();
-    const out = this.o.stage.forward(entry.input);
-    const frame = await this.encode(out as tf.Tensor2D);
+    const bad = this.o.misbehave;
+    let out = (bad?.freeRide ? entry.input.x.clone() : this.o.stage.forward(entry.input)) as tf.Tensor2D;
+    if (bad?.output) {
+      const tampered = bad.output(out);
+      if (tampered !== out) out.dispose();
+      out = tampered;
+    }
+    const frame = await this.encode(out);
     out.dispose();
     this.stats.computeMs += performance.now() - started;
     const to = this.pickNext();
     entry.to = to;
     this.outstanding.set(to, (this.outstanding.get(to) ?? 0) + 1);
-    const payload = encodeMicrobatch({ batch: entry.input.batch, time: entry.input.time, pathway: [...pathway, this.o.selfId], targets, frame });
-    const sent = await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
-    this.o.onTransfer?.({ direction: 'activation', activationId: hex(activationId), from: this.o.selfId, to, ...sent });
+    const payload = encodeMicrobatch({ batch: entry.input.batch, time: entry.input.time, pathway: [...pathway, this.o.selfId], firstTokens: entry.firstTokens, targets, frame });
+    this.confirmSending('activation', activationId, to, payload);
+    await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
   }
 
   private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined): Promise<void> {
     const started = performance.now();
-    const result = await this.o.stage.backwardAsync(entry.input, outputGrad);
-    const clipped = clipByGlobalNorm(result.grads, this.o.clipNorm ?? 1);
-    this.optimizer.apply(clipped.grads, this.lr(this.step));
-    tf.dispose([clipped.norm, ...Object.values(clipped.grads)]);
+    const bad = this.o.misbehave;
+    let result: { inputGrad?: tf.Tensor2D; loss?: number };
+    if (bad?.freeRide && outputGrad) {
+      result = { inputGrad: outputGrad.clone() as tf.Tensor2D }; // no compute, no step
+    } else {
+      const full = await this.o.stage.backwardAsync(entry.input, outputGrad);
+      if (entry.generation === this.generation) {
+        const clipped = clipByGlobalNorm(full.grads, this.o.clipNorm ?? 1);
+        this.optimizer.apply(clipped.grads, this.lr(this.step));
+        tf.dispose([clipped.norm, ...Object.values(clipped.grads)]);
+      } else {
+        tf.dispose(Object.values(full.grads)); // a gradient of the weights before the merge (see merged())
+        this.stats.staleGradients++;
+      }
+      result = full;
+    }
+    if (bad?.inputGrad && result.inputGrad) {
+      const tampered = bad.inputGrad(result.inputGrad);
+      if (tampered !== result.inputGrad) result.inputGrad.dispose();
+      result.inputGrad = tampered;
+    }
     this.step++;
     this.o.onStep?.(this.step);
     this.stats.microbatches++;
@@ -241,10 +344,13 @@ export class PipelineWorker {
     this.stats.computeMs += performance.now() - started;
     this.pending.delete(hex(activationId));
     tf.dispose([entry.input.x, ...(entry.input.targets ? [entry.input.targets] : [])]);
-    if (result.loss !== undefined && pathway) this.o.onLoss?.({ activationId: hex(activationId), pathway, loss: result.loss });
+    if (result.loss !== undefined && pathway) {
+      const loss = bad?.reportedLoss ? bad.reportedLoss(result.loss) : result.loss;
+      this.o.onLoss?.({ activationId: hex(activationId), pathway, loss });
+    }
     if (gradFrame && entry.from) {
-      const sent = await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
-      this.o.onTransfer?.({ direction: 'gradient', activationId: hex(activationId), from: this.o.selfId, to: entry.from, ...sent });
+      this.confirmSending('gradient', activationId, entry.from, gradFrame);
+      await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
     }
     clearTimeout(entry.timer);
     entry.done?.resolve();
@@ -286,7 +392,7 @@ export class PipelineWorker {
     const least = Math.min(...peers.map(load));
     const candidates = peers.filter((p) => load(p) === least).sort();
     const rank = this.o.rank?.();
-    if (rank !== undefined && rank >= 0) return candidates[rank % candidates.length]!;
+    if (rank !== undefined && rank >= 0) return candidates[(rank + (this.o.rotation?.() ?? 0)) % candidates.length]!;
     return candidates[Math.floor(Math.random() * candidates.length)]!;
   }
 

@@ -111,4 +111,180 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE epochs ADD COLUMN clipped jsonb;
     `,
   },
+  {
+    version: 6,
+    name: 'the validator: loss pathways, spot checks, flags, emission epochs, scores, settlements, payouts',
+    sql: `
+      -- Merge rounds are the rows of \`epochs\` (an early name); an emission epoch is a period of wall time
+      -- whose emission is split among miners: \`settlements\` and below.
+      -- A loss report keeps its pathway (one miner per stage) and the last stage's merge round when it
+      -- arrived: CLASP compares pathways within a round.
+      ALTER TABLE metrics ADD COLUMN pathway jsonb;
+      ALTER TABLE metrics ADD COLUMN round integer;
+      -- One validator replay of one miner's output for one sampled microbatch, against the stage's
+      -- hash-agreed weights of the round it was processed in.
+      CREATE TABLE spot_checks (
+        id serial PRIMARY KEY,
+        run_id integer NOT NULL REFERENCES runs(id),
+        activation_id text NOT NULL,
+        miner_id text NOT NULL,
+        stage integer NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('forward', 'backward', 'loss')),
+        reference_round integer NOT NULL,
+        passed boolean NOT NULL,
+        metrics jsonb NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE INDEX spot_checks_by_miner ON spot_checks (run_id, miner_id, created_at);
+      -- Evidence against a miner, with a named reason; a flagged miner's quality is zero.
+      CREATE TABLE flags (
+        id serial PRIMARY KEY,
+        run_id integer NOT NULL REFERENCES runs(id),
+        miner_id text NOT NULL,
+        kind text NOT NULL,
+        reason text NOT NULL,
+        evidence jsonb NOT NULL DEFAULT '{}',
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE INDEX flags_by_miner ON flags (run_id, miner_id, created_at);
+      -- One row per settled emission epoch; its existence is what "settled" means (one transaction).
+      CREATE TABLE settlements (
+        run_id integer NOT NULL REFERENCES runs(id),
+        epoch integer NOT NULL CHECK (epoch >= 0),
+        starts_at timestamptz NOT NULL,
+        ends_at timestamptz NOT NULL,
+        emission bigint NOT NULL CHECK (emission >= 0),
+        allocated bigint NOT NULL CHECK (allocated >= 0 AND allocated <= emission),
+        merkle_root text,
+        settled_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, epoch)
+      );
+      -- What each miner did in a settled epoch and why it earned what it earned.
+      CREATE TABLE scores (
+        run_id integer NOT NULL REFERENCES runs(id),
+        epoch integer NOT NULL,
+        miner_id text NOT NULL,
+        stage integer,
+        account text NOT NULL,
+        work integer NOT NULL CHECK (work >= 0),
+        quality double precision NOT NULL CHECK (quality >= 0 AND quality <= 1),
+        score double precision NOT NULL CHECK (score >= 0),
+        flagged boolean NOT NULL,
+        breakdown jsonb NOT NULL DEFAULT '{}',
+        PRIMARY KEY (run_id, epoch, miner_id),
+        FOREIGN KEY (run_id, epoch) REFERENCES settlements (run_id, epoch)
+      );
+      -- The ledger's credit rows: an epoch's emission split over payout accounts (a linked address,
+      -- else the miner id), each with its Merkle proof against the epoch's root.
+      CREATE TABLE payouts (
+        run_id integer NOT NULL REFERENCES runs(id),
+        epoch integer NOT NULL,
+        account text NOT NULL,
+        amount bigint NOT NULL CHECK (amount > 0),
+        miners jsonb NOT NULL,
+        proof jsonb NOT NULL,
+        PRIMARY KEY (run_id, epoch, account),
+        FOREIGN KEY (run_id, epoch) REFERENCES settlements (run_id, epoch)
+      );
+    `,
+  },
+  {
+    version: 7,
+    name: 'flagged miners leave the pipeline',
+    sql: `
+      -- A miner the validator flagged is out of the stage map, merges and assignment (every query of
+      -- active miners), and may not register again in this run.
+      ALTER TABLE miners DROP CONSTRAINT miners_status_check;
+      ALTER TABLE miners ADD CONSTRAINT miners_status_check CHECK (status IN ('active', 'left', 'dropped', 'flagged'));
+      -- When each replica reported its merged weights (the database's clock, like receipts): its
+      -- training with those weights starts then, before the round's last replica reports.
+      ALTER TABLE epochs ADD COLUMN merged_at jsonb NOT NULL DEFAULT '{}';
+      -- Work accounting refuses a payload already seen under another microbatch (a replay).
+      CREATE INDEX receipts_by_payload ON receipts (run_id, payload_hash);
+      CREATE INDEX metrics_by_time ON metrics (run_id, name, created_at);
+      -- What the model writes now: the validator's continuation of a fixed prompt after merges.
+      CREATE TABLE samples (
+        id serial PRIMARY KEY,
+        run_id integer NOT NULL REFERENCES runs(id),
+        rounds jsonb NOT NULL,
+        held_out_loss double precision,
+        prompt text NOT NULL,
+        text text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+    `,
+  },
+  {
+    version: 8,
+    name: 'rewards: payout links, one-use nonces, claims',
+    sql: `
+      -- A miner's payout address, signed for by the wallet and by the miner. Rows are never updated:
+      -- relinking adds a row, and the miner's current link is its latest (payout_addresses).
+      CREATE TABLE payout_links (
+        id serial PRIMARY KEY,
+        miner_id text NOT NULL,
+        address text NOT NULL,
+        nonce text NOT NULL UNIQUE,
+        linked_at timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE INDEX payout_links_by_miner ON payout_links (miner_id, id);
+      CREATE INDEX payout_links_by_address ON payout_links (address);
+      CREATE VIEW payout_addresses AS
+        SELECT DISTINCT ON (miner_id) miner_id, address, linked_at FROM payout_links ORDER BY miner_id, id DESC;
+      -- Every message a wallet signs carries a nonce issued here, with the message itself, used once.
+      -- A row lives until its expiry (then it may be deleted: an unknown nonce is refused like a used one).
+      CREATE TABLE nonces (
+        nonce text PRIMARY KEY,
+        purpose text NOT NULL CHECK (purpose IN ('link', 'claim')),
+        address text NOT NULL,
+        message text NOT NULL,
+        expires_at timestamptz NOT NULL,
+        used_at timestamptz,
+        created_at timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE INDEX nonces_by_expiry ON nonces (expires_at);
+      -- The ledger's debit rows: a claim pays an address the whole of some of its epochs' payouts.
+      CREATE TABLE claims (
+        id serial PRIMARY KEY,
+        address text NOT NULL,
+        amount bigint NOT NULL CHECK (amount > 0),
+        epochs jsonb NOT NULL,
+        nonce text NOT NULL UNIQUE,
+        created_at timestamptz NOT NULL,
+        -- What the payout sink did (the default records the claim in this ledger only).
+        payout jsonb NOT NULL
+      );
+      CREATE INDEX claims_by_address ON claims (address, id);
+      -- One row per payout claimed. Its primary key is the double-pay guard: a payout (run, epoch,
+      -- account) can be claimed once, whatever the code above it does. The claim row is written
+      -- after its items (the payout sink runs in between), in the same transaction.
+      CREATE TABLE claimed_items (
+        run_id integer NOT NULL,
+        epoch integer NOT NULL,
+        account text NOT NULL,
+        amount bigint NOT NULL CHECK (amount > 0),
+        claim_id integer NOT NULL REFERENCES claims (id) DEFERRABLE INITIALLY DEFERRED,
+        PRIMARY KEY (run_id, epoch, account),
+        FOREIGN KEY (run_id, epoch, account) REFERENCES payouts (run_id, epoch, account)
+      );
+      CREATE INDEX claimed_items_by_account ON claimed_items (account);
+      CREATE INDEX payouts_by_account ON payouts (account);
+    `,
+  },
+  {
+    version: 9,
+    name: 'receipts refused for an unknown microbatch, by arrival',
+    sql: `
+      -- A refused receipt is not work, but the step it may stand for is real: the validator does
+      -- not replay a miner as exact across a refusal of its own (validator/spot-checks.ts).
+      CREATE TABLE refused_receipts (
+        run_id integer NOT NULL REFERENCES runs(id),
+        miner_id text NOT NULL,
+        activation_id text NOT NULL,
+        direction text NOT NULL,
+        created_at timestamptz NOT NULL
+      );
+      CREATE INDEX refused_receipts_by_miner ON refused_receipts (run_id, miner_id, created_at);
+    `,
+  },
 ];

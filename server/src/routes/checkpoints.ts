@@ -1,6 +1,6 @@
 import { PRESETS, WeightsError, checkStageWeights, contentHash, stageSpecs } from '@train-at-home/model';
 import { verifySignature } from '@train-at-home/protocol';
-import type { FastifyPluginAsync, FastifyReply } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Coordinator } from '../coordinator';
 
 /** Stage weights are at most this large (the `small` preset's largest stage is ~10 MB). */
@@ -17,23 +17,49 @@ function fail(reply: FastifyReply, status: number, code: string, message: string
  * stage, step and content hash); a late joiner downloads the latest. Every
  * upload is checked against the stage's parameter list before it is stored.
  */
+const MAX_INT4 = 2 ** 31 - 1;
+
 export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = async (app, { coordinator }) => {
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_CHECKPOINT_BYTES }, (_req, body, done) => done(null, body));
   const specs = stageSpecs(PRESETS[coordinator.run.preset], coordinator.run);
 
-  app.put<{ Params: { stage: string } }>('/api/checkpoints/:stage', { bodyLimit: MAX_CHECKPOINT_BYTES }, async (req, reply) => {
-    const stage = Number(req.params.stage);
-    if (!Number.isInteger(stage) || stage < 0 || stage >= specs.length) return fail(reply, 404, 'NO_SUCH_STAGE', `stage ${req.params.stage}`);
-    if (!(req.body instanceof Buffer)) return fail(reply, 415, 'BAD_CONTENT_TYPE', 'send the weights as application/octet-stream');
+  /** A stage index of this run from a path parameter (digits only), else undefined. */
+  const stageOf = (raw: string): number | undefined => (/^(?:0|[1-9][0-9]{0,3})$/.test(raw) && Number(raw) < specs.length ? Number(raw) : undefined);
+
+  /**
+   * The large body limit is this route's, for weights only: an upload is refused from its headers
+   * (path, type, length, an active miner of the stage) before a byte of its body is read.
+   */
+  const beforeBody = async (req: FastifyRequest<{ Params: { stage: string } }>, reply: FastifyReply): Promise<FastifyReply | undefined> => {
+    const stage = stageOf(req.params.stage);
+    if (stage === undefined) return fail(reply, 404, 'NO_SUCH_STAGE', `stage ${req.params.stage.slice(0, 20)}`);
+    const type = String(req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    if (type !== 'application/octet-stream') return fail(reply, 415, 'BAD_CONTENT_TYPE', 'send the weights as application/octet-stream');
+    const length = Number(req.headers['content-length'] ?? NaN);
+    if (!Number.isSafeInteger(length) || length < 0) return fail(reply, 411, 'LENGTH_REQUIRED', 'say the body\'s content-length');
+    if (length > MAX_CHECKPOINT_BYTES) return fail(reply, 413, 'TOO_LARGE', `${length} bytes exceed ${MAX_CHECKPOINT_BYTES}`);
     const minerId = String(req.headers['x-miner-id'] ?? '');
-    const step = Number(req.headers['x-step']);
+    if (!/^[0-9a-f]{64}$/.test(minerId)) return fail(reply, 400, 'SCHEMA', 'x-miner-id (64 hex) is required');
+    const [miner] = await coordinator.db.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
+    if (miner?.status !== 'active' || miner.stage !== stage) return fail(reply, 403, 'NOT_YOUR_STAGE', 'only an active miner of this stage may upload its weights');
+    return undefined;
+  };
+
+  app.put<{ Params: { stage: string } }>('/api/checkpoints/:stage', { bodyLimit: MAX_CHECKPOINT_BYTES, onRequest: beforeBody }, async (req, reply) => {
+    const stage = stageOf(req.params.stage)!;
+    if (!(req.body instanceof Buffer)) return fail(reply, 415, 'BAD_CONTENT_TYPE', 'send the weights as application/octet-stream');
+    const minerId = String(req.headers['x-miner-id']); // checked by beforeBody
+    const rawStep = String(req.headers['x-step'] ?? '');
+    const step = Number(rawStep);
     const signature = String(req.headers['x-signature'] ?? '');
-    if (!/^[0-9a-f]{64}$/.test(minerId) || !Number.isInteger(step) || step < 0) return fail(reply, 400, 'SCHEMA', 'x-miner-id and x-step are required');
+    // The step is the merge round: an int4 column.
+    if (!/^(?:0|[1-9][0-9]{0,9})$/.test(rawStep) || step > MAX_INT4) return fail(reply, 400, 'SCHEMA', `x-step (an integer in 0…${MAX_INT4}) is required`);
     const bytes = new Uint8Array(req.body.buffer, req.body.byteOffset, req.body.byteLength);
     const hash = contentHash(bytes);
     if (!verifySignature('checkpoint', { runId: coordinator.runId, stage, step, hash }, signature, `0x${minerId}`)) {
       return fail(reply, 401, 'BAD_SIGNATURE', 'signature over { runId, stage, step, hash } does not verify');
     }
+    // Asked again now that the body is in: the miner may have left or moved while it uploaded.
     const [miner] = await coordinator.db.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
     if (miner?.status !== 'active' || miner.stage !== stage) return fail(reply, 403, 'NOT_YOUR_STAGE', 'only an active miner of this stage may upload its weights');
     try {
@@ -58,7 +84,8 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
   });
 
   app.get<{ Params: { stage: string } }>('/api/checkpoints/:stage/latest', async (req, reply) => {
-    const stage = Number(req.params.stage);
+    const stage = stageOf(req.params.stage);
+    if (stage === undefined) return fail(reply, 404, 'NO_SUCH_STAGE', `stage ${req.params.stage.slice(0, 20)}`);
     const latest = await latestCheckpoint(coordinator, stage);
     if (!latest) return fail(reply, 404, 'NO_CHECKPOINT', `no checkpoint for stage ${req.params.stage}`);
     return reply.type('application/octet-stream').header('x-content-hash', contentHash(latest.data)).send(Buffer.from(latest.data));

@@ -2,6 +2,8 @@ import { FrameError, PROTOCOL_VERSION, ProtocolError, decodeChunk, newChallenge,
 import { encodeAddress } from '@polkadot/util-crypto';
 import type { Server, Socket } from 'socket.io';
 import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
+import { ANNOUNCE_WAIT_MS } from '../activations';
+import { arrivalTime } from '../clock';
 import type { Coordinator } from '../coordinator';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */
@@ -28,11 +30,19 @@ type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { co
 export function attachRegistration(io: Server, coordinator: Coordinator): void {
   io.on('connection', (socket: Socket) => {
     const state: SocketState = { rejections: 0 };
-    const handle = <E extends ClientEvent>(event: E, fn: (msg: ReturnType<typeof parseClientMessage<E>>, ack: Ack) => Promise<void>): void => {
-      socket.on(event as string, async (data: unknown, maybeAck?: unknown) => {
+    // Every event is stamped when it arrives: receipts and loss reports are stored with that time, so
+    // a miner's reports keep the order it sent them in even when one waits (the validator counts a
+    // miner's inner steps between two of its receipts: validator/spot-checks.ts).
+    const handle = <E extends ClientEvent>(event: E, fn: (msg: ReturnType<typeof parseClientMessage<E>>, ack: Ack, arrived: string) => Promise<void>): void => {
+      socket.on(event as string, (...args: unknown[]) => {
+        // A message with no payload (`emit(event, ack)`) still gets its acknowledgement: the rejection.
+        const [data, maybeAck] = typeof args[0] === 'function' && args.length === 1 ? [undefined, args[0]] : args;
+        void run(data, maybeAck, arrivalTime());
+      });
+      const run = async (data: unknown, maybeAck: unknown, arrived: string): Promise<void> => {
         const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event, ...reply });
         try {
-          await fn(parseClientMessage<E>(event, data), ack);
+          await fn(parseClientMessage<E>(event, data), ack, arrived);
         } catch (e) {
           const error = e instanceof ProtocolError ? { code: e.code, message: e.message } : { code: 'INTERNAL', message: 'the coordinator could not handle this message' };
           if (!(e instanceof ProtocolError)) coordinator.log.error({ err: e, event }, 'handler failed');
@@ -40,7 +50,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
           state.rejections++;
           if (error.code === 'BAD_SIGNATURE' || state.rejections > MAX_REJECTIONS) socket.disconnect(true);
         }
-      });
+      };
     };
     // Unknown events get the same named rejection as malformed ones.
     const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame', 'merge-ready', 'merged']);
@@ -76,7 +86,8 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
         );
         // A returning miner (after its own or the coordinator's restart) goes back to
         // the stage it held, where its weights are, unless that stage is the most crowded.
-        const [previous] = await tx.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
+        const [previous] = await tx.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
+        if (previous?.status === 'flagged') throw new ProtocolError('FLAGGED', 'the validator flagged this miner; see /api/miners/<id>/score for why');
         const counts = Array.from({ length: coordinator.run.stages }, (_, s) => members.filter((m) => m.stage === s).length);
         const assigned =
           previous && previous.stage < coordinator.run.stages && counts[previous.stage]! <= Math.min(...counts)
@@ -85,15 +96,24 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
         await tx.query(
           `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 'active')
-           ON CONFLICT (id) DO UPDATE SET backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now()`,
+           ON CONFLICT (id) DO UPDATE SET run_id = $2, backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now()`,
           [minerId, coordinator.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned],
         );
         return assigned;
       });
+      if (socket.disconnected) {
+        // It closed while the registration was being stored: its departure found no miner then, so record it now
+        // (unless a newer connection of the same miner already owns it).
+        if (!coordinator.sockets.has(minerId)) await coordinator.minerLeft(minerId);
+        return;
+      }
       state.minerId = minerId;
+      // The latest registration owns the miner: an older connection of it is closed, and its close changes nothing.
+      const older = coordinator.sockets.get(minerId);
       coordinator.sockets.set(minerId, socket);
+      if (older && older !== socket) older.disconnect(true);
       socket.join(`stage:${stage}`);
-      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run });
+      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run, rounds: coordinator.phases.status().map((s) => s.round) });
       await coordinator.broadcastStageMap();
     });
 
@@ -121,17 +141,20 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
 
     // The last stage's loss for one microbatch. Recorded as a training metric; the
     // validator, not this report, decides what a miner earns.
-    handle('loss', async (msg, ack) => {
+    handle('loss', async (msg, ack, arrived) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
       const [row] = await coordinator.db.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1', [state.minerId]);
       if (row?.stage !== coordinator.run.stages - 1) throw new ProtocolError('OUT_OF_PHASE', 'only the last stage reports losses');
       if (msg.pathway.length !== coordinator.run.stages || msg.pathway[msg.pathway.length - 1] !== state.minerId) {
         throw new ProtocolError('SCHEMA', 'the pathway must name one miner per stage, ending with the reporter');
       }
+      if (!(await coordinator.activations.exists(msg.activationId))) throw new ProtocolError('UNKNOWN_ACTIVATION', 'no stage-0 miner sent this microbatch');
+      // The last stage's merge round when the loss arrived: CLASP compares pathways within a round.
+      const round = coordinator.phases.status()[coordinator.run.stages - 1]!.round;
       const inserted = await coordinator.db.query(
-        `INSERT INTO metrics (run_id, epoch, name, value, activation_id) VALUES ($1, $2, 'train_loss', $3, $4)
+        `INSERT INTO metrics (run_id, epoch, name, value, activation_id, pathway, round, created_at) VALUES ($1, $2, 'train_loss', $3, $4, $5, $6, $7)
          ON CONFLICT (run_id, name, activation_id) WHERE activation_id IS NOT NULL DO NOTHING RETURNING 1`,
-        [coordinator.runId, msg.epoch, msg.loss, msg.activationId],
+        [coordinator.runId, msg.epoch, msg.loss, msg.activationId, JSON.stringify(msg.pathway), round, arrived],
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this microbatch was already reported');
       coordinator.emitLoss(msg.loss);
@@ -140,14 +163,29 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
 
     // One end's confirmation of a transfer. Work counts when both ends confirm the
     // same bytes and hash (see Coordinator.receiptSummary); a miner only speaks for itself.
-    handle('receipt', async (msg, ack) => {
+    handle('receipt', async (msg, ack, arrived) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
       if (msg.from !== state.minerId && msg.to !== state.minerId) throw new ProtocolError('SCHEMA', 'a receipt must name its reporter as sender or receiver');
       if (msg.from === msg.to) throw new ProtocolError('SCHEMA', 'a transfer has two ends');
+      // A stage-0 miner confirming that it sends an activation announces a new microbatch; every
+      // other receipt must name one that exists.
+      const [reporter] = await coordinator.db.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1 AND run_id = $2', [state.minerId, coordinator.runId]);
+      if (reporter?.stage === 0 && msg.direction === 'activation' && msg.from === state.minerId) coordinator.activations.announce(msg.activationId, state.minerId);
+      else if (!(await coordinator.activations.exists(msg.activationId, ANNOUNCE_WAIT_MS, state.minerId))) {
+        coordinator.flags.noteForgery(state.minerId, msg);
+        await coordinator.db.query('INSERT INTO refused_receipts (run_id, miner_id, activation_id, direction, created_at) VALUES ($1, $2, $3, $4, $5)', [
+          coordinator.runId,
+          state.minerId,
+          msg.activationId,
+          msg.direction,
+          arrived,
+        ]);
+        throw new ProtocolError('UNKNOWN_ACTIVATION', 'no stage-0 miner sent this microbatch');
+      }
       const inserted = await coordinator.db.query(
-        `INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING 1`,
-        [coordinator.runId, msg.epoch, msg.activationId, msg.direction, msg.from, msg.to, state.minerId, msg.bytes, msg.payloadHash],
+        `INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING RETURNING 1`,
+        [coordinator.runId, msg.epoch, msg.activationId, msg.direction, msg.from, msg.to, state.minerId, msg.bytes, msg.payloadHash, arrived],
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this transfer was already confirmed by this miner');
       ack({ ok: true });
@@ -159,9 +197,9 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       await coordinator.phases.onReady(state.minerId, msg);
       ack({ ok: true });
     });
-    handle('merged', async (msg, ack) => {
+    handle('merged', async (msg, ack, arrived) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
-      await coordinator.phases.onMerged(state.minerId, msg);
+      await coordinator.phases.onMerged(state.minerId, msg, arrived);
       ack({ ok: true });
     });
 
@@ -193,7 +231,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
 
     socket.on('disconnect', async () => {
       const id = state.minerId;
-      if (!id) return;
+      if (!id || coordinator.sockets.get(id) !== socket) return; // never registered, or a newer connection owns the miner
       coordinator.sockets.delete(id);
       try {
         await coordinator.minerLeft(id);

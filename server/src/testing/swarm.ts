@@ -1,0 +1,56 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { CheatName } from './cheats';
+
+const ENTRY = fileURLToPath(new URL('./swarm-process.ts', import.meta.url));
+
+export interface SwarmMinerStats {
+  minerId: string;
+  microbatches: number;
+  computeMs: number;
+  merges: number;
+  flagged?: { kind: string; reason: string };
+}
+
+/** Miners in child processes (testing/swarm-process.ts), several per process, for tests at a scale one process cannot run. */
+export class MinerSwarm {
+  private readonly children: ChildProcess[] = [];
+
+  /** Starts `counts[i]` miners in process i; resolves with every miner's id and stage once all registered. */
+  async start(url: string, counts: number[]): Promise<Array<{ minerId: string; stage: number }>> {
+    const ready = counts.map((count) => {
+      const child = fork(ENTRY, [], { execArgv: ['--import', 'tsx'], env: { ...process.env, TAH_SWARM: JSON.stringify({ url, count }) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      this.children.push(child);
+      return this.next<{ ready: Array<{ minerId: string; stage: number }> }>(child, 'ready');
+    });
+    return (await Promise.all(ready)).flatMap((r) => r.ready);
+  }
+
+  /** Turns miners into cheats (by id), from now on. */
+  async assign(cheats: Record<string, CheatName>): Promise<void> {
+    await Promise.all(this.children.map((c) => { const done = this.next(c, 'assigned'); c.send({ assign: cheats }); return done; }));
+  }
+
+  async stats(): Promise<SwarmMinerStats[]> {
+    const all = await Promise.all(this.children.map((c) => { const done = this.next<{ stats: SwarmMinerStats[] }>(c, 'stats'); c.send({ stats: true }); return done; }));
+    return all.flatMap((a) => a.stats);
+  }
+
+  private next<T>(child: ChildProcess, key: string): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const onMessage = (m: Record<string, unknown>): void => {
+        if (!(key in m)) return;
+        child.off('message', onMessage);
+        child.off('exit', onExit);
+        resolve(m as T);
+      };
+      const onExit = (code: number | null): void => reject(new Error(`miner swarm process exited (${code}) before '${key}'`));
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+    });
+  }
+
+  stop(): void {
+    for (const c of this.children) if (c.exitCode === null) c.kill('SIGTERM');
+  }
+}

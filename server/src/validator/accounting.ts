@@ -1,0 +1,83 @@
+import type { Queryable } from '../db/database';
+
+/** One microbatch that counts: every transfer of its pathway confirmed by both ends. */
+export interface VerifiedMicrobatch {
+  activationId: string;
+  pathway: string[];
+  loss: number;
+  round: number;
+  at: Date;
+}
+
+/**
+ * Work accounting for [from, to): a microbatch counts for the miners on its
+ * pathway only when
+ *   - every transfer of it (each activation forward, each gradient back) was
+ *     confirmed by both ends with the same bytes and hash,
+ *   - none of its payloads had been seen before under another microbatch
+ *     (a replay of an older activation), and
+ *   - the miner's merge round was not disputed or divergent: a replica named
+ *     as a liar, or whose merged weights differed, failed or never came, gets
+ *     no work for the training phase before that round.
+ * Returns the microbatches and each miner's count.
+ */
+export async function verifiedWork(db: Queryable, runId: number, from: Date, to: Date): Promise<{ microbatches: VerifiedMicrobatch[]; work: Map<string, number> }> {
+  const rows = await db.query<{ activation_id: string; pathway: string[] | string; value: number; round: number | null; created_at: Date; confirmed: number; replayed: boolean }>(
+    `WITH mb AS (
+       SELECT activation_id, pathway, value, round, created_at FROM metrics
+       WHERE run_id = $1 AND name = 'train_loss' AND pathway IS NOT NULL AND created_at >= $2 AND created_at < $3),
+     transfers AS (
+       SELECT r.activation_id, r.direction, r.from_miner, r.to_miner,
+              bool_or(EXISTS (SELECT 1 FROM receipts o WHERE o.run_id = $1 AND o.payload_hash = r.payload_hash
+                                AND o.activation_id <> r.activation_id AND o.created_at <= r.created_at)) AS replayed
+       FROM receipts r JOIN mb ON mb.activation_id = r.activation_id
+       WHERE r.run_id = $1
+       GROUP BY r.activation_id, r.direction, r.from_miner, r.to_miner
+       HAVING count(*) = 2 AND count(DISTINCT (r.bytes, r.payload_hash)) = 1)
+     SELECT mb.activation_id, mb.pathway, mb.value, mb.round, mb.created_at,
+            count(t.activation_id)::int AS confirmed, coalesce(bool_or(t.replayed), false) AS replayed
+     FROM mb LEFT JOIN transfers t ON t.activation_id = mb.activation_id
+     GROUP BY mb.activation_id, mb.pathway, mb.value, mb.round, mb.created_at`,
+    [runId, from, to],
+  );
+  const excluded = await disputedWindows(db, runId);
+  const microbatches: VerifiedMicrobatch[] = [];
+  const work = new Map<string, number>();
+  for (const r of rows) {
+    const pathway = (typeof r.pathway === 'string' ? JSON.parse(r.pathway) : r.pathway) as string[];
+    // Each boundary is crossed twice: the activation forward, its gradient back.
+    if (r.replayed || r.confirmed !== 2 * (pathway.length - 1)) continue;
+    const at = new Date(r.created_at);
+    microbatches.push({ activationId: r.activation_id, pathway, loss: r.value, round: r.round ?? 0, at });
+    for (const [stage, miner] of pathway.entries()) {
+      const windows = excluded.get(`${stage}:${miner}`) ?? [];
+      if (windows.some(([a, b]) => at >= a && at <= b)) continue;
+      work.set(miner, (work.get(miner) ?? 0) + 1);
+    }
+  }
+  return { microbatches, work };
+}
+
+/** For each (stage, miner) whose merge round went wrong, the training phase before that round. */
+async function disputedWindows(db: Queryable, runId: number): Promise<Map<string, Array<[Date, Date]>>> {
+  const events = await db.query<{ stage: number; round: number; miner_id: string }>(
+    `SELECT stage, round, miner_id FROM merge_events WHERE run_id = $1 AND miner_id IS NOT NULL AND kind IN ('dispute', 'hash-mismatch', 'missed', 'failed')`,
+    [runId],
+  );
+  if (events.length === 0) return new Map();
+  const rounds = await db.query<{ stage: number; epoch: number; started_at: Date; ended_at: Date | null }>(
+    'SELECT stage, epoch, started_at, ended_at FROM epochs WHERE run_id = $1',
+    [runId],
+  );
+  const at = new Map(rounds.map((r) => [`${r.stage}:${r.epoch}`, r]));
+  const out = new Map<string, Array<[Date, Date]>>();
+  for (const e of events) {
+    const round = at.get(`${e.stage}:${e.round}`);
+    if (!round) continue;
+    const before = at.get(`${e.stage}:${e.round - 1}`);
+    const window: [Date, Date] = [new Date(before?.ended_at ?? 0), new Date(round.ended_at ?? round.started_at)];
+    const key = `${e.stage}:${e.miner_id}`;
+    out.set(key, [...(out.get(key) ?? []), window]);
+  }
+  return out;
+}

@@ -1,0 +1,147 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { FastifyBaseLogger } from 'fastify';
+import type { RunConfig } from '../run-config';
+import { ValidatorError } from './compute';
+import type { ValidatorJob } from './jobs';
+
+const ENTRY = fileURLToPath(new URL('./process.ts', import.meta.url));
+/** A job the validator has not answered in this time fails (the process is then restarted). */
+export const VALIDATOR_JOB_TIMEOUT_MS = 120_000;
+/** After the process exits unasked, it is started again after this pause… */
+export const VALIDATOR_RESTART_MS = 500;
+/** …doubled each time it died before it was ready, up to this. */
+export const VALIDATOR_MAX_RESTART_MS = 30_000;
+
+interface Pending {
+  resolve: (v: unknown) => void;
+  reject: (e: Error) => void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/**
+ * The coordinator's handle on its validator process: starts it on the first
+ * job (Node with tsx, like the miners), sends jobs and matches answers, fails every job in
+ * flight by name when the process dies, and starts it again. Nothing the
+ * validator computes blocks the coordinator's event loop.
+ */
+export class ValidatorProcess {
+  private child?: ChildProcess;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private closed = false;
+  private ready!: Promise<void>;
+  /** Releases whoever waits on `ready` (also when the process dies first: they then wait for the next one). */
+  private release?: () => void;
+  /** Stage weights (by stage and hash) this process has been sent: not sent again. */
+  readonly known = new Set<string>();
+  private isReady: () => boolean = () => false;
+  private restartMs = VALIDATOR_RESTART_MS;
+  /** Called as each job is sent (for operators' metrics, and tests that kill the validator mid-job). */
+  onJob?: (kind: ValidatorJob['kind'], pid: number | undefined) => void;
+  /** How many times the process was (re)started. */
+  starts = 0;
+
+  constructor(
+    private readonly run: RunConfig,
+    private readonly log: FastifyBaseLogger,
+  ) {}
+
+  private start(): void {
+    this.starts++;
+    this.known.clear();
+    const child = fork(ENTRY, [], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, TAH_VALIDATOR_RUN: JSON.stringify(this.run) },
+      serialization: 'advanced',
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    this.child = child;
+    let isReady = false;
+    this.ready = new Promise<void>((resolve) => {
+      this.release = resolve;
+      const onReady = (m: { ready?: boolean }): void => {
+        if (m?.ready) {
+          child.off('message', onReady);
+          isReady = true;
+          this.restartMs = VALIDATOR_RESTART_MS;
+          resolve();
+        }
+      };
+      child.on('message', onReady);
+    });
+    this.isReady = () => isReady && this.child === child;
+    child.on('message', (m: { id?: number; ok?: boolean; result?: unknown; error?: { code: string; message: string } }) => {
+      if (typeof m?.id !== 'number') return;
+      const p = this.pending.get(m.id);
+      if (!p) return;
+      this.pending.delete(m.id);
+      clearTimeout(p.timer);
+      if (m.ok) p.resolve(m.result);
+      else p.reject(new ValidatorError((m.error?.code ?? 'BAD_JOB') as ValidatorError['code'], m.error?.message ?? 'failed'));
+    });
+    child.once('exit', (code, signal) => {
+      if (this.child !== child) return;
+      this.child = undefined;
+      this.release?.();
+      for (const [id, p] of this.pending) {
+        clearTimeout(p.timer);
+        p.reject(new ValidatorError('VALIDATOR_EXITED', `the validator process exited (${signal ?? code}) during job ${id}`));
+      }
+      this.pending.clear();
+      if (this.closed) return;
+      this.log.warn({ code, signal, restartMs: this.restartMs }, 'validator process exited; starting it again');
+      setTimeout(() => !this.closed && this.start(), this.restartMs).unref();
+      if (!isReady) this.restartMs = Math.min(VALIDATOR_MAX_RESTART_MS, this.restartMs * 2);
+    });
+  }
+
+  /** Sends a job and waits for its answer; a rejection names why (VALIDATOR_EXITED, VALIDATOR_TIMEOUT, or the job's own error). */
+  async request<T>(job: ValidatorJob, timeoutMs = VALIDATOR_JOB_TIMEOUT_MS): Promise<T> {
+    if (this.closed) throw new ValidatorError('VALIDATOR_EXITED', 'the validator is closed');
+    await this.whenReady();
+    const child = this.child;
+    if (!child?.connected) throw new ValidatorError('VALIDATOR_EXITED', 'the validator process is restarting');
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new ValidatorError('VALIDATOR_TIMEOUT', `no answer to job ${id} (${job.kind}) in ${timeoutMs} ms`));
+        child.kill('SIGKILL'); // a wedged validator is restarted
+      }, timeoutMs);
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      child.send({ id, job });
+      this.onJob?.(job.kind, child.pid);
+    });
+  }
+
+  /** Resolves once the current process has loaded its data (restarted processes included); starts it on first use. */
+  async whenReady(): Promise<void> {
+    if (this.starts === 0) this.start();
+    for (;;) {
+      if (this.closed) throw new ValidatorError('VALIDATOR_EXITED', 'the validator is closed');
+      await this.ready;
+      if (this.isReady()) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** For tests and drills: kills the process as a crash would; it is started again. */
+  kill(): void {
+    this.child?.kill('SIGKILL');
+  }
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const child = this.child;
+    if (!child) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+    if (child.exitCode === null) child.kill('SIGKILL');
+  }
+}

@@ -1,0 +1,273 @@
+import * as tf from '@tensorflow/tfjs';
+import { join } from 'node:path';
+import {
+  LocalTrainer,
+  PRESETS,
+  Stage,
+  bigramBaseline,
+  contentHash,
+  decodeBoundary,
+  encodeBoundary,
+  evaluationBatches,
+  importStageWeights,
+  stageSpecs,
+  type Precision,
+  type StageInput,
+  type StageSpec,
+  type TokenBatch,
+  type Tokenizer,
+} from '@train-at-home/model';
+import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
+import { compareOutputs, type OutputComparison } from '@train-at-home/incentives';
+import { decodeMicrobatch, microbatchInputs } from '@train-at-home/swarm';
+import type { RunConfig } from '../run-config';
+import { judge, type CheckKind } from './thresholds';
+
+/** One stage's weights for a replay: the hash-agreed weights of a merge round (absent blob: the run's initial weights). */
+export interface ReplayReference {
+  round: number;
+  /** Inner steps the miner took since those weights before its forward, and before its backward (from its receipts): only 0 is replayed. */
+  forwardSteps: number;
+  backwardSteps: number;
+  /** Content hash of the blob (the round's merged hash); the validator keeps recent ones. */
+  hash?: string;
+  blob?: Uint8Array;
+}
+
+/** A sampled microbatch: every payload that crossed a boundary (bytes both ends confirmed) and the reported loss. */
+export interface ReplayJob {
+  activationId: string;
+  pathway: string[];
+  loss: number;
+  /** activations[k]: the payload stage k sent to stage k + 1. */
+  activations: Uint8Array[];
+  /** gradients[k]: the payload stage k + 1 sent back to stage k. */
+  gradients: Uint8Array[];
+  /** Per stage, the weights to replay it with, or null where that miner's weights are not known (skip it). */
+  references: Array<ReplayReference | null>;
+}
+
+export interface SpotCheckResult {
+  stage: number;
+  minerId: string;
+  kind: CheckKind;
+  referenceRound: number;
+  passed: boolean;
+  reason?: string;
+  metrics: Partial<OutputComparison> & { reported?: number; replayed?: number };
+}
+
+export class ValidatorError extends Error {
+  override name = 'ValidatorError';
+  constructor(
+    readonly code: 'NOT_READY' | 'BAD_JOB' | 'NO_CHECKPOINT' | 'VALIDATOR_EXITED' | 'VALIDATOR_TIMEOUT',
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+/**
+ * The validator's model work, in its own process: held-out loss of the
+ * assembled checkpoints, exact replays of sampled microbatches against the
+ * stages' hash-agreed weights, and text samples. Nothing here touches the
+ * database or the network.
+ */
+export class ValidatorCompute {
+  private readonly specs: StageSpec[];
+  private readonly precision: Precision;
+  private data?: { batches: TokenBatch[]; bigram: number; tokenizer: Tokenizer };
+  /** Recently used stage weights by `${stage}:${hash}` (a few rounds per stage). */
+  private readonly stages = new Map<string, Stage>();
+
+  constructor(
+    private readonly run: RunConfig,
+    private readonly evalBatches = 8,
+  ) {
+    this.specs = stageSpecs(PRESETS[run.preset], run);
+    this.precision = run.int8 ? 'int8' : 'fp32';
+  }
+
+  async init(): Promise<void> {
+    await initNodeBackend();
+    const config = PRESETS[this.run.preset];
+    prepareData({ outDir: DATA_DIR, vocabSize: config.vocabSize });
+    const ds = loadDataset(join(DATA_DIR, datasetName(config.vocabSize)));
+    this.data = {
+      batches: evaluationBatches(ds.heldOut, 32, config.contextLength, this.evalBatches),
+      bigram: bigramBaseline(ds.train, ds.heldOut, config.vocabSize).loss,
+      tokenizer: ds.tokenizer,
+    };
+  }
+
+  private ready(): NonNullable<ValidatorCompute['data']> {
+    if (!this.data) throw new ValidatorError('NOT_READY', 'the validator is still loading its data');
+    return this.data;
+  }
+
+  /** Held-out loss of one model assembled from one blob per stage, through the run's codec. */
+  evaluate(blobs: Uint8Array[]): { heldOutLoss: number; bigramLoss: number } {
+    const { batches, bigram } = this.ready();
+    const model = this.assemble(blobs);
+    try {
+      return { heldOutLoss: model.evaluate(batches), bigramLoss: bigram };
+    } finally {
+      model.dispose();
+    }
+  }
+
+  /** A short continuation of `prompt` by the assembled model (greedy at temperature 0, else sampled with `seed`). */
+  generate(blobs: Uint8Array[], prompt: string, maxTokens: number, temperature = 0.8, seed = 1): { text: string; tokens: number } {
+    const { tokenizer } = this.ready();
+    const T = PRESETS[this.run.preset].contextLength;
+    const model = this.assemble(blobs);
+    let state = seed >>> 0 || 1;
+    const random = (): number => ((state = (Math.imul(state ^ (state >>> 15), 1 | state) + 0x6d2b79f5) >>> 0) / 2 ** 32);
+    try {
+      const ids = tokenizer.encode(prompt);
+      const start = ids.length;
+      for (let n = 0; n < maxTokens; n++) {
+        const window = ids.slice(-T);
+        const logits = tf.tidy(() => {
+          let x: tf.Tensor = tf.tensor2d(window, [1, window.length], 'int32');
+          for (const stage of model.stages.slice(0, -1)) {
+            const out = stage.forward({ batch: 1, time: window.length, x });
+            x.dispose();
+            x = this.roundTrip(out as tf.Tensor2D);
+          }
+          const all = model.stages[model.stages.length - 1]!.logits({ batch: 1, time: window.length, x });
+          return tf.slice(all, [window.length - 1, 0], [1, -1]).reshape([-1]);
+        });
+        const values = logits.dataSync() as Float32Array;
+        logits.dispose();
+        ids.push(pick(values, temperature, random));
+        if (ids[ids.length - 1] === tokenizer.eotId) break;
+      }
+      return { text: tokenizer.decode(ids.slice(start)), tokens: ids.length - start };
+    } finally {
+      model.dispose();
+    }
+  }
+
+  /**
+   * Replays one sampled microbatch stage by stage from the bytes that crossed
+   * each boundary: each miner's output (and, past stage 0, the gradient it
+   * sent back) is recomputed with its stage's weights of that round and
+   * compared; on the last stage, the loss it reported.
+   */
+  replay(job: ReplayJob): SpotCheckResult[] {
+    const S = this.specs.length;
+    if (job.pathway.length !== S || job.activations.length !== S - 1 || job.gradients.length !== S - 1 || job.references.length !== S) {
+      throw new ValidatorError('BAD_JOB', `a replay names one miner and one reference per stage (${S})`);
+    }
+    const config = PRESETS[this.run.preset];
+    const limits = { maxBatch: 1024, time: config.contextLength, vocabSize: config.vocabSize, maxPathway: S };
+    const first = decodeMicrobatch(job.activations[0]!, limits);
+    const { batch, time } = first;
+    const rows = batch * time;
+    const frames = job.activations.map((a) => this.decode(decodeMicrobatch(a, limits).frame, rows));
+    const grads = job.gradients.map((g) => this.decode(g, rows));
+    const targets = decodeMicrobatch(job.activations[S - 2]!, limits).targets;
+    const results: SpotCheckResult[] = [];
+    for (let k = 0; k < S; k++) {
+      const reference = job.references[k];
+      if (!reference) continue;
+      const stage = this.stage(k, reference);
+      const minerId = job.pathway[k]!;
+      const x = k === 0 ? tf.tensor2d(microbatchInputs(first), [batch, time], 'int32') : tf.tensor2d(frames[k - 1]!, [rows, this.specs[k]!.inputWidth]);
+      const input: StageInput = { batch, time, x, ...(k === S - 1 ? { targets: tf.tensor2d(targets, [batch, time], 'int32') } : {}) };
+      const check = (kind: CheckKind, metrics: SpotCheckResult['metrics']): void => {
+        const verdict = judge(kind, metrics);
+        results.push({ stage: k, minerId, kind, referenceRound: reference.round, passed: verdict.passed, ...(verdict.reason ? { reason: verdict.reason } : {}), metrics });
+      };
+      try {
+        if (k < S - 1 && reference.forwardSteps === 0) {
+          const out = stage.forward(input) as tf.Tensor2D;
+          const replayed = this.decode(this.encode(out), rows);
+          out.dispose();
+          const sameWidth = k > 0 && this.specs[k]!.inputWidth === this.specs[k]!.outputWidth;
+          check('forward', compareOutputs(frames[k]!, replayed, sameWidth ? frames[k - 1] : undefined));
+        }
+        if (k > 0 && reference.backwardSteps === 0) {
+          const outputGrad = k < S - 1 ? tf.tensor2d(grads[k]!, [rows, this.specs[k]!.outputWidth]) : undefined;
+          const result = stage.backward(input, outputGrad);
+          outputGrad?.dispose();
+          tf.dispose(Object.values(result.grads));
+          const replayed = this.decode(this.encode(result.inputGrad!), rows);
+          result.inputGrad!.dispose();
+          check('backward', compareOutputs(grads[k - 1]!, replayed));
+          if (k === S - 1) check('loss', { reported: job.loss, replayed: result.loss! });
+        }
+      } finally {
+        tf.dispose([input.x, ...(input.targets ? [input.targets] : [])]);
+      }
+    }
+    return results;
+  }
+
+  /** Weights for stage k at a reference round: from the blob (checked against its hash) or the run's initial weights. */
+  private stage(k: number, reference: ReplayReference): Stage {
+    const key = `${k}:${reference.hash ?? 'initial'}`;
+    const cached = this.stages.get(key);
+    if (cached) return cached;
+    const stage = new Stage(this.specs[k]!, this.run.seed);
+    if (reference.blob) {
+      if (reference.hash && contentHash(reference.blob) !== reference.hash) throw new ValidatorError('BAD_JOB', `stage ${k} weights do not hash to ${reference.hash}`);
+      importStageWeights(stage, reference.blob);
+    } else if (reference.hash) {
+      stage.dispose();
+      throw new ValidatorError('NO_CHECKPOINT', `stage ${k} weights ${reference.hash.slice(0, 12)} were not sent`);
+    }
+    this.stages.set(key, stage);
+    // Keep the three most recent per stage.
+    const mine = [...this.stages.keys()].filter((s) => s.startsWith(`${k}:`));
+    for (const old of mine.slice(0, Math.max(0, mine.length - 3))) {
+      this.stages.get(old)!.dispose();
+      this.stages.delete(old);
+    }
+    return stage;
+  }
+
+  /** Whether weights with this hash are cached (so the coordinator need not send them again). */
+  has(k: number, hash: string): boolean {
+    return this.stages.has(`${k}:${hash}`);
+  }
+
+  private assemble(blobs: Uint8Array[]): LocalTrainer {
+    const run = this.run;
+    const model = new LocalTrainer({ config: PRESETS[run.preset], layout: run, seed: run.seed, peakLr: 0, warmupSteps: 1, totalSteps: 1 });
+    try {
+      model.stages.forEach((stage, s) => importStageWeights(stage, blobs[s]!));
+    } catch (e) {
+      model.dispose();
+      throw e;
+    }
+    return model;
+  }
+
+  private encode(t: tf.Tensor2D): Uint8Array {
+    const [rows, cols] = t.shape;
+    return encodeBoundary({ rows, cols, data: t.dataSync() as Float32Array }, this.precision);
+  }
+
+  private decode(frame: Uint8Array, rows: number): Float32Array {
+    return decodeBoundary(frame, { rows, precision: this.precision }).data;
+  }
+
+  /** The int8 round trip a boundary tensor takes on the wire (what a miner's next stage receives). */
+  private roundTrip(t: tf.Tensor2D): tf.Tensor2D {
+    const [rows, cols] = t.shape;
+    const out = tf.tensor2d(this.decode(this.encode(t), rows), [rows, cols]);
+    t.dispose();
+    return out;
+  }
+}
+
+function pick(logits: Float32Array, temperature: number, random: () => number): number {
+  if (temperature <= 0) return logits.indexOf(Math.max(...logits));
+  const max = Math.max(...logits);
+  const weights = Array.from(logits, (l) => Math.exp((l - max) / temperature));
+  let r = random() * weights.reduce((a, b) => a + b, 0);
+  for (let i = 0; i < weights.length; i++) if ((r -= weights[i]!) <= 0) return i;
+  return weights.length - 1;
+}
