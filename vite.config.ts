@@ -21,7 +21,7 @@ export default defineConfig({
   build: {
     outDir: '../../dist/web',
     emptyOutDir: true,
-    // tfjs is large; one chunk per entry is fine until the app splits its routes.
+    // tfjs is large: it lives in the worker and in the swarm chunk the page loads on Join (or for Rewards' client), not in the pages' entry.
     chunkSizeWarningLimit: 8192,
   },
 });

@@ -14,6 +14,20 @@ const WEB_ROOT = fileURLToPath(new URL('../dist/web', import.meta.url));
 
 if (!HOST) throw new Error('e2e tests run inside their network namespace: use `bash scripts/test-e2e.sh` (or `npm test`)');
 
+/**
+ * The browser tests' run: `tiny` on 2 stages with boundaries at full width (b = d = 128), int8: the
+ * local trainer's CI configuration, which passes the bigram baseline in ~200 steps. A 32-wide
+ * bottleneck costs ~0.2 nats there (3.40 after 200 steps, the swarm matching it step for step), too
+ * slow for CI.
+ */
+export const E2E_RUN = {
+  preset: 'tiny',
+  stages: 2,
+  bottleneck: 128,
+  training: { batchSize: 32, peakLr: 0.006, warmupSteps: 20, totalSteps: 200 },
+  merge: { every: 10 },
+} as const satisfies AppOptions['run'];
+
 /** A coordinator serving the built web app and the training data, on the namespace's address. */
 export async function startCoordinator(run: AppOptions['run']): Promise<{ app: App; url: string }> {
   prepareData({ outDir: DATA_DIR, vocabSize: 320 });

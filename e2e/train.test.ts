@@ -1,7 +1,7 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../server/src/app';
-import { launchBrowser, openTab, screenshot, startCoordinator, tabView } from './lib';
+import { E2E_RUN, launchBrowser, openTab, screenshot, startCoordinator, tabView } from './lib';
 
 let app: App;
 let url: string;
@@ -9,17 +9,7 @@ const browsers: Array<Awaited<ReturnType<typeof launchBrowser>>> = [];
 const tabs: Page[] = [];
 
 beforeAll(async () => {
-  ({ app, url } = await startCoordinator({
-    name: 'e2e',
-    preset: 'tiny',
-    stages: 2,
-    // Boundaries at full width (b = d = 128), int8: the local trainer's CI configuration, which passes the
-    // bigram baseline in ~200 steps. A 32-wide bottleneck costs ~0.2 nats there (3.40 after 200 steps,
-    // the swarm matching it step for step), too slow for CI.
-    bottleneck: 128,
-    training: { batchSize: 32, peakLr: 0.006, warmupSteps: 20, totalSteps: 200 },
-    merge: { every: 10 },
-  }));
+  ({ app, url } = await startCoordinator({ name: 'e2e', ...E2E_RUN }));
   browsers.push(await launchBrowser(), await launchBrowser());
 });
 afterAll(async () => {

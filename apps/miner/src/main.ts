@@ -2,6 +2,10 @@
  * The headless Node miner.
  *   npm run miner -- --coordinator http://localhost:8080            one miner
  *   npm run miner -- --coordinator http://localhost:8080 --count 6  six miners, one process each
+ *   … --payout-address <ss58> --payout-key-file <path>                  earnings go to a wallet
+ * The key file holds the wallet's mnemonic or secret URI (never on the command
+ * line); after registering, the miner links its earnings to the address, signed
+ * by the wallet and by the miner (docs/rewards-api.md).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
@@ -10,7 +14,8 @@ import { parseArgs } from 'node:util';
 import wrtc from '@roamhq/wrtc';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { cryptoReady, generateIdentity } from '@train-at-home/protocol';
-import { Miner } from '@train-at-home/swarm';
+import { linkPayout, Miner } from '@train-at-home/swarm';
+import { loadPayoutKey, PayoutKeyError, type PayoutKey } from './payout';
 
 const { values } = parseArgs({
   options: {
@@ -20,15 +25,37 @@ const { values } = parseArgs({
     'in-flight': { type: 'string', default: '1' },
     'microbatch-timeout': { type: 'string', default: '30000' },
     'data-seed': { type: 'string' },
+    'payout-address': { type: 'string' },
+    'payout-key-file': { type: 'string' },
   },
 });
 const count = Number(values.count);
+const payout = await payoutKey();
+
+/** The wallet of --payout-address and --payout-key-file (both or neither), checked before anything starts. */
+async function payoutKey(): Promise<PayoutKey | undefined> {
+  const [address, file] = [values['payout-address'], values['payout-key-file']];
+  if (address === undefined && file === undefined) return undefined;
+  try {
+    if (address === undefined || file === undefined) throw new PayoutKeyError('--payout-address and --payout-key-file go together');
+    await cryptoReady();
+    const key = loadPayoutKey(file, address);
+    if (key.warning) console.warn(`warning: ${key.warning}`);
+    return key;
+  } catch (e) {
+    if (!(e instanceof PayoutKeyError)) throw e;
+    console.error(e.message);
+    process.exit(2);
+  }
+}
 
 if (count > 1) {
   // One process per miner: each trains on its own core's worth of time.
   const self = fileURLToPath(import.meta.url);
   const children: ChildProcess[] = [];
   const passOn = ['--coordinator', values.coordinator, '--in-flight', values['in-flight'], '--microbatch-timeout', values['microbatch-timeout'], ...(values.microbatches ? ['--microbatches', values.microbatches] : [])];
+  // The key file's path, never its contents: each child reads the file itself.
+  if (payout) passOn.push('--payout-address', payout.address, '--payout-key-file', values['payout-key-file']!);
   for (let i = 0; i < count; i++) {
     children.push(spawn(process.execPath, [...process.execArgv, self, ...passOn, '--count', '1'], { stdio: 'inherit' }));
     await new Promise((r) => setTimeout(r, 300)); // registration order = stage order, for readable logs
@@ -41,6 +68,7 @@ if (count > 1) {
   const backend = await initNodeBackend();
   await cryptoReady();
   const identity = generateIdentity();
+  const log = (line: string): void => console.log(`[miner ${identity.address.slice(0, 6)}] ${line}`);
   const miner = new Miner({
     coordinatorUrl: values.coordinator,
     identity,
@@ -57,10 +85,17 @@ if (count > 1) {
         return loadDataset(join(DATA_DIR, datasetName(vocabSize))).train;
       },
     },
-    log: (line) => console.log(`[miner ${identity.address.slice(0, 6)}] ${line}`),
+    log,
   });
   const startedAt = performance.now();
   await miner.start();
+  if (payout) {
+    // Linked once per start: the link is the coordinator's to keep, across reconnections.
+    linkPayout(values.coordinator, identity, payout.address, payout.signRaw).then(
+      (link) => log(`earnings go to ${link.address} (linked ${link.linkedAt})`),
+      (e: unknown) => log(`payout link to ${payout.address} failed: ${(e as Error).message}`),
+    );
+  }
   const stop = (): void => {
     // One JSON line for operators and benchmarks: how this miner spent its time.
     const stats = miner.stats;

@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'react';
+import { bytes, tokens } from './format';
+import { useTabContext } from './tab/TabContext';
 import type { TabState } from './tab/useTab';
-import { useTab } from './tab/useTab';
 
 const PHASE_TEXT: Record<string, string> = {
   registering: 'Joining the run',
@@ -11,13 +12,6 @@ const PHASE_TEXT: Record<string, string> = {
   idle: 'Idle',
   stopped: 'Stopped',
 };
-
-function bytes(n: number): string {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
-  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
-  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
-}
 
 function Progress({ label, done, total }: { label: string; done: number; total: number }) {
   const pct = total > 0 ? Math.min(100, (done / total) * 100) : 0;
@@ -54,8 +48,47 @@ function useRun(): { name?: string; preset?: string; stages?: number; miners?: n
   return run;
 }
 
+interface Earnings {
+  earned: string;
+  epochs: number;
+  flag?: string;
+}
+
+/** This tab's earnings from the ledger (GET /api/miners/:id/score), every 10 s once it has registered. */
+function useEarnings(minerId: string | undefined): Earnings | undefined {
+  const [earnings, setEarnings] = useState<Earnings>();
+  useEffect(() => {
+    setEarnings(undefined);
+    if (!minerId) return;
+    let stop = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const poll = async (): Promise<void> => {
+      try {
+        const res = await fetch(`/api/miners/${minerId}/score?limit=1`);
+        if (res.ok) {
+          const body = (await res.json()) as { totals: { earned: string; epochs: number }; epochs: Array<{ flagged: boolean }>; flags: Array<{ reason: string }> };
+          const flagged = body.epochs[0]?.flagged ?? body.flags.length > 0;
+          if (!stop) setEarnings({ earned: body.totals.earned, epochs: body.totals.epochs, flag: flagged ? body.flags[0]?.reason : undefined });
+        } else if (res.status === 404 && ((await res.json()) as { error?: string }).error === 'NO_SUCH_MINER' && !stop) {
+          setEarnings({ earned: '0', epochs: 0 }); // registered a moment ago: nothing settled yet
+        }
+      } catch {
+        // the coordinator is away; try again at the next poll
+      }
+      if (!stop) timer = setTimeout(poll, 10_000);
+    };
+    void poll();
+    return () => {
+      stop = true;
+      clearTimeout(timer);
+    };
+  }, [minerId]);
+  return earnings;
+}
+
 function Status({ tab }: { tab: TabState }) {
   const s = tab.status;
+  const earnings = useEarnings(s?.minerId);
   const phase = s?.phase ?? (tab.probing || !tab.probe ? 'probing' : 'registering');
   const saved = s && s.uncompressedBytes > 0 ? 1 - (s.bytesSent + s.bytesReceived) / s.uncompressedBytes : undefined;
   return (
@@ -88,7 +121,11 @@ function Status({ tab }: { tab: TabState }) {
         <dt>Merges</dt>
         <dd data-testid="merges">{s?.merges ?? 0}</dd>
         <dt>Earnings</dt>
-        <dd data-testid="earnings">— (paid from the ledger once it opens)</dd>
+        <dd data-testid="earnings" title={earnings ? `${earnings.earned} base units` : undefined}>
+          {earnings
+            ? `${tokens(earnings.earned)} tokens over ${earnings.epochs} settled epoch${earnings.epochs === 1 ? '' : 's'}${earnings.flag ? ` — flagged: ${earnings.flag}` : ''}`
+            : '—'}
+        </dd>
       </dl>
     </section>
   );
@@ -126,7 +163,7 @@ function Backend({ tab }: { tab: TabState }) {
 }
 
 export function TrainPage() {
-  const tab = useTab();
+  const tab = useTabContext();
   // For drills and tests: lose the GPU device as a driver reset would.
   (window as unknown as { trainAtHome?: object }).trainAtHome = { loseDevice: tab.loseDevice };
   const run = useRun();

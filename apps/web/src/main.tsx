@@ -1,6 +1,6 @@
 import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
-import { TrainPage } from './TrainPage';
+import { App } from './App';
 import type { LocalBenchResult } from './tab/bench';
 import type { FromTabWorker, TabBackend } from './tab/messages';
 import './style.css';
@@ -22,6 +22,6 @@ function benchLocal(o: { backend: TabBackend; preset: 'tiny' | 'small'; steps: n
 
 createRoot(document.getElementById('root')!).render(
   <StrictMode>
-    <TrainPage />
+    <App />
   </StrictMode>,
 );

@@ -38,6 +38,8 @@ export type ToTabWorker =
   | { cmd: 'leave' }
   /** A drill: destroys the WebGPU device, as a driver reset would. */
   | { cmd: 'lose-device' }
+  /** The Rewards page: sign a server-issued payout-link message with this tab's miner identity. */
+  | { cmd: 'sign-payout-link'; requestId: number; message: string }
   /** bench/browser: the whole model in this worker on one backend, timed. */
   | { cmd: 'bench'; backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number };
 
@@ -47,6 +49,9 @@ export type TabStatus = MinerStatus & { backend?: TabBackend; paused: boolean };
 export type FromTabWorker =
   | { ev: 'probing'; backend: TabBackend; done: number; total: number }
   | { ev: 'probe'; outcome: ProbeOutcome }
+  /** The tab's miner identity, as soon as the worker has made it (before the probe). */
+  | { ev: 'identity'; publicKey: string; address: string }
+  | { ev: 'payout-link-signed'; requestId: number; signature?: string; error?: string }
   | { ev: 'status'; status: TabStatus }
   | { ev: 'kernel-check'; result?: KernelCheck; error?: string }
   | { ev: 'device-lost'; message: string; fallback: TabBackend }

@@ -73,6 +73,11 @@ function watchDevice(): void {
 
 async function start(m: Extract<ToTabWorker, { cmd: 'start' }>): Promise<void> {
   coordinatorUrl = m.coordinatorUrl;
+  // The identity first: the Rewards page can link it to a wallet while the probe runs.
+  await cryptoReady();
+  const seed = Uint8Array.from(m.seed.match(/../g) ?? [], (h) => parseInt(h, 16));
+  identity = generateIdentity(seed.length === 32 ? seed : undefined);
+  post({ ev: 'identity', publicKey: identity.publicKey, address: identity.address });
   probe = await probeBackends(CANDIDATES, m.backend, (b, done, total) => post({ ev: 'probing', backend: b, done, total }));
   backend = probe.chosen;
   post({ ev: 'probe', outcome: probe });
@@ -87,9 +92,6 @@ async function start(m: Extract<ToTabWorker, { cmd: 'start' }>): Promise<void> {
     }
   }
   watchDevice();
-  await cryptoReady();
-  const seed = Uint8Array.from(m.seed.match(/../g) ?? [], (h) => parseInt(h, 16));
-  identity = generateIdentity(seed.length === 32 ? seed : undefined);
   startMiner();
 }
 
@@ -119,6 +121,15 @@ scope.addEventListener('message', (event) => {
         .then(() => benchLocalTraining(m))
         .then((result) => post({ ev: 'bench', result }))
         .catch((e: Error) => post({ ev: 'bench', error: e.message }));
+      break;
+    case 'sign-payout-link':
+      // The secret key never leaves this worker: the page gets the signature only.
+      try {
+        if (!identity) throw new Error('this tab has no miner identity yet: press Join on the Train page');
+        post({ ev: 'payout-link-signed', requestId: m.requestId, signature: identity.sign('payout-link', { message: m.message }) });
+      } catch (e) {
+        post({ ev: 'payout-link-signed', requestId: m.requestId, error: (e as Error).message });
+      }
       break;
     case 'lose-device':
       (tf.backend() as unknown as { device?: { destroy(): void } }).device?.destroy();

@@ -1,0 +1,27 @@
+/** Formatting shared by the pages: byte counts and token amounts. */
+
+export function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
+
+/** Base units per token (10^9, as rao are to TAO). */
+export const BASE_UNITS_PER_TOKEN = 10n ** 9n;
+
+/**
+ * A decimal string of base units in whole tokens, to at most `decimals` decimals
+ * (truncated: never shows more than was paid; 9 shows every base unit).
+ */
+export function tokens(baseUnits: string, decimals = 4): string {
+  const units = BigInt(baseUnits);
+  const whole = units / BASE_UNITS_PER_TOKEN;
+  const fraction = (units % BASE_UNITS_PER_TOKEN).toString().padStart(9, '0').slice(0, decimals).replace(/0+$/, '');
+  return fraction ? `${whole}.${fraction}` : `${whole}`;
+}
+
+/** A long key or address as its first and last few characters. */
+export function short(id: string, keep = 6): string {
+  return id.length > 2 * keep + 1 ? `${id.slice(0, keep)}…${id.slice(-keep)}` : id;
+}
