@@ -43,8 +43,13 @@ async function pglite(dataDir?: string): Promise<Database> {
   };
 }
 
+/** Connections the coordinator keeps to a PostgreSQL server. */
+export const POOL_CONNECTIONS = 20;
+
 function postgres(url: string): Database {
-  const pool = new pg.Pool({ connectionString: url, max: 8 });
+  // Every query takes a turn of the event loop to come back: under load (many miners' receipts) more
+  // connections in flight keep the queue short. PostgreSQL's default max_connections is 100.
+  const pool = new pg.Pool({ connectionString: url, max: POOL_CONNECTIONS });
   return {
     kind: 'postgres',
     query: async (sql, params) => (await pool.query(sql, params)).rows,

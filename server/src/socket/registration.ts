@@ -11,6 +11,15 @@ export const CHALLENGE_TTL_MS = 60_000;
 /** Rejected messages a connection may send before it is disconnected. */
 export const MAX_REJECTIONS = 5;
 
+/**
+ * What a connection keeps in `socket.data`: the stage of its registered miner,
+ * set where the stage is assigned (registration, rebalanceStages), so the
+ * events a miner sends most (receipts, losses) need no query to learn it.
+ */
+export interface MinerSocketData {
+  stage?: number;
+}
+
 interface SocketState {
   lastSignalSeq?: number;
   publicKey?: string;
@@ -30,6 +39,7 @@ type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { co
 export function attachRegistration(io: Server, coordinator: Coordinator): void {
   io.on('connection', (socket: Socket) => {
     const state: SocketState = { rejections: 0 };
+    const held = socket.data as MinerSocketData;
     // Every event is stamped when it arrives: receipts and loss reports are stored with that time, so
     // a miner's reports keep the order it sent them in even when one waits (the validator counts a
     // miner's inner steps between two of its receipts: validator/spot-checks.ts).
@@ -108,6 +118,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
         return;
       }
       state.minerId = minerId;
+      held.stage = stage;
       // The latest registration owns the miner: an older connection of it is closed, and its close changes nothing.
       const older = coordinator.sockets.get(minerId);
       coordinator.sockets.set(minerId, socket);
@@ -143,8 +154,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
     // validator, not this report, decides what a miner earns.
     handle('loss', async (msg, ack, arrived) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
-      const [row] = await coordinator.db.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1', [state.minerId]);
-      if (row?.stage !== coordinator.run.stages - 1) throw new ProtocolError('OUT_OF_PHASE', 'only the last stage reports losses');
+      if (held.stage !== coordinator.run.stages - 1) throw new ProtocolError('OUT_OF_PHASE', 'only the last stage reports losses');
       if (msg.pathway.length !== coordinator.run.stages || msg.pathway[msg.pathway.length - 1] !== state.minerId) {
         throw new ProtocolError('SCHEMA', 'the pathway must name one miner per stage, ending with the reporter');
       }
@@ -169,8 +179,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       if (msg.from === msg.to) throw new ProtocolError('SCHEMA', 'a transfer has two ends');
       // A stage-0 miner confirming that it sends an activation announces a new microbatch; every
       // other receipt must name one that exists.
-      const [reporter] = await coordinator.db.query<{ stage: number }>('SELECT stage FROM miners WHERE id = $1 AND run_id = $2', [state.minerId, coordinator.runId]);
-      if (reporter?.stage === 0 && msg.direction === 'activation' && msg.from === state.minerId) coordinator.activations.announce(msg.activationId, state.minerId);
+      if (held.stage === 0 && msg.direction === 'activation' && msg.from === state.minerId) coordinator.activations.announce(msg.activationId, state.minerId);
       else if (!(await coordinator.activations.exists(msg.activationId, ANNOUNCE_WAIT_MS, state.minerId))) {
         coordinator.flags.noteForgery(state.minerId, msg);
         await coordinator.db.query('INSERT INTO refused_receipts (run_id, miner_id, activation_id, direction, created_at) VALUES ($1, $2, $3, $4, $5)', [
@@ -251,6 +260,7 @@ export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
   for (const move of rebalance(coordinator.run.stages, members)) {
     await coordinator.db.query('UPDATE miners SET stage = $1 WHERE id = $2', [move.to, move.id]);
     const socket = coordinator.sockets.get(move.id);
+    if (socket) (socket.data as MinerSocketData).stage = move.to;
     socket?.leave(`stage:${move.from}`);
     socket?.join(`stage:${move.to}`);
     socket?.emit('reassigned', { stage: move.to, reason: `stage ${move.to} had no miner` });
