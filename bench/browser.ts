@@ -53,7 +53,7 @@ const tabs = [await openTab(browser.context, url), await openTab(browser.context
 const stageSizes = async (): Promise<number[]> => (await app.coordinator.stageMap()).map((s: { miners: unknown[] }) => s.miners.length);
 const deadline = Date.now() + 180_000;
 while ((await stageSizes()).join() !== '1,1' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 500));
-const losses = async (): Promise<number> => (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss.length;
+const losses = async (): Promise<number> => (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().counts.trainLoss;
 while ((await losses()) < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1000)); // warm-up: first microbatches
 const n0 = await losses();
 const t0 = performance.now();

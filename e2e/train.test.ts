@@ -88,7 +88,7 @@ describe('Train at Home in Chromium tabs', () => {
     // The run goes on: losses keep arriving and both stages keep working. (With one miner left on
     // a stage and one microbatch in flight, one of the other stage's two replicas may have no
     // partner upstream until the newcomer arrives: its page says it is idle, and why.)
-    const losses = async (): Promise<number> => (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss.length;
+    const losses = async (): Promise<number> => (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().counts.trainLoss;
     const lossesBefore = await losses();
     const perStage = async (): Promise<number[]> => {
       const views = await Promise.all(tabs.map(tabView));
@@ -104,6 +104,6 @@ describe('Train at Home in Chromium tabs', () => {
     await expect.poll(async () => (await tabView(newcomer)).microbatches, { timeout: 120_000, interval: 2000 }).toBeGreaterThan(3);
     // It started from the stage's latest checkpoint, not from scratch.
     expect(await newcomer.getByTestId('resumed').textContent()).toMatch(/^checkpoint [0-9a-f]{12}/);
-    expect((await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss.length).toBeGreaterThan(lossesBefore);
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().counts.trainLoss).toBeGreaterThan(lossesBefore);
   });
 });

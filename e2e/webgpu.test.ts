@@ -33,7 +33,7 @@ describe('a tab on WebGPU', () => {
     await expect.poll(async () => (await app.coordinator.stageMap()).map((s: { miners: unknown[] }) => s.miners.length), { timeout: 60_000 }).toEqual([1, 1]);
     await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 300_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
     expect((await tabView(wasmTab)).microbatches).toBeGreaterThanOrEqual(2);
-    const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss;
+    const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics/train_loss' })).json().points;
     expect(losses.length).toBeGreaterThanOrEqual(2);
     for (const l of losses) expect(Number.isFinite(l.value)).toBe(true);
     expect((await tabView(gpuTab)).backend).toBe('webgpu');

@@ -2,6 +2,13 @@ import type { Queryable } from './db/database';
 
 /** How long a receipt or loss report waits for its microbatch to be announced before it is refused. */
 export const ANNOUNCE_WAIT_MS = 10_000;
+/**
+ * Reports of one miner that may wait for their microbatch's announcement at
+ * once. An honest miner's wait is a few milliseconds (the announcement comes
+ * on another connection); reports beyond this are refused at once, so a miner
+ * naming invented microbatches cannot hold memory or write refusals without bound.
+ */
+export const MAX_WAITING_REPORTS = 32;
 /** Microbatch ids remembered in memory (older ones are looked up in the database). */
 const MAX_REMEMBERED = 200_000;
 
@@ -36,6 +43,11 @@ export class ActivationRegistry {
   /** Whether some report of this miner is waiting for its microbatch's announcement now. */
   waiting(minerId: string): boolean {
     return (this.waitingBy.get(minerId) ?? 0) > 0;
+  }
+
+  /** Whether a report of this miner about this microbatch may be taken now: known, or room left to wait for it. */
+  mayWait(activationId: string, minerId: string): boolean {
+    return this.known.has(activationId) || (this.waitingBy.get(minerId) ?? 0) < MAX_WAITING_REPORTS;
   }
 
   /** Whether the microbatch exists, waiting up to `waitMs` for its announcement (a report of `reporter`, if named). */

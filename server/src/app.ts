@@ -1,3 +1,4 @@
+import rateLimit from '@fastify/rate-limit';
 import fastifyStatic from '@fastify/static';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { createReadStream, existsSync } from 'node:fs';
@@ -7,6 +8,7 @@ import type { Socket } from 'node:net';
 import { Server } from 'socket.io';
 import { cryptoReady } from '@train-at-home/protocol';
 import { Coordinator } from './coordinator';
+import { RateLimited } from './rate-limited';
 import { openDatabase, type Database, type DatabaseOptions } from './db/database';
 import { checkpointRoutes } from './routes/checkpoints';
 import { incentiveRoutes } from './routes/incentives';
@@ -15,6 +17,7 @@ import { rewardRoutes } from './routes/rewards';
 import { statusRoutes } from './routes/status';
 import { rewardsSettings, type RewardsOptions } from './rewards/settings';
 import { defaultRunConfig, type RunOverrides } from './run-config';
+import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
 import { Validator } from './validator';
 
@@ -30,8 +33,10 @@ export interface AppOptions {
   silentMs?: number;
   /** Payout links and claims: the domain wallets sign for, challenge lifetime, rate limits, payout sink. */
   rewards?: RewardsOptions;
-  /** Limits on HTTP connections (see `httpServer`). */
+  /** Limits on HTTP connections (see `httpServer`) and requests. */
   http?: Partial<HttpLimits>;
+  /** Budgets of socket events per connection and per miner (socket/rate-limits.ts). */
+  socketRates?: Partial<SocketRates>;
 }
 
 export interface HttpLimits {
@@ -41,9 +46,15 @@ export interface HttpLimits {
   headersTimeoutMs: number;
   /** Open connections from one IP address (a household's tabs share one). */
   maxConnectionsPerIp: number;
+  /**
+   * HTTP requests one IP address may make per minute, over every route (a tab polls a few
+   * routes every few seconds; a page load fetches a dozen files). The rewards routes have
+   * stricter limits of their own. socket.io's own requests are not counted here (see socketRates).
+   */
+  requestsPerIpPerMinute: number;
 }
 
-export const DEFAULT_HTTP_LIMITS: HttpLimits = { requestTimeoutMs: 120_000, headersTimeoutMs: 20_000, maxConnectionsPerIp: 256 };
+export const DEFAULT_HTTP_LIMITS: HttpLimits = { requestTimeoutMs: 120_000, headersTimeoutMs: 20_000, maxConnectionsPerIp: 256, requestsPerIpPerMinute: 1200 };
 
 /**
  * The HTTP server under Fastify and socket.io: a request that never finishes
@@ -116,9 +127,18 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const fastify = Fastify({ logger: options.logger ?? false, bodyLimit: 64 * 1024, serverFactory: (handler) => httpServer(handler, limits) });
   // A failure of the coordinator's own is logged in full and answered without its internals.
   fastify.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
+    if (err instanceof RateLimited) return reply.code(429).send(err.body);
     if ((err.statusCode ?? 500) < 500) return reply.send(err); // Fastify's own answer to a bad request
     req.log.error({ err }, 'request failed');
     return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
+  });
+  // Every route, per client IP; over the limit: 429 RATE_LIMITED with the time to wait (and retry-after).
+  await fastify.register(rateLimit, {
+    global: true,
+    max: limits.requestsPerIpPerMinute,
+    timeWindow: 60_000,
+    // Thrown by the plugin's hook, answered by the error handlers (here and in plugins that have their own).
+    errorResponseBuilder: (_req, context) => new RateLimited(context.ttl),
   });
   const db = await openDatabase(options.database ?? {});
   const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
@@ -141,7 +161,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
   const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false });
   refuseOtherSocketMethods(fastify.server);
-  attachRegistration(io, coordinator);
+  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates));
   const silentMs = options.silentMs ?? 15_000;
   const sweepMs = Math.min(1000, silentMs / 2);
   // When this process itself stalled (a long synchronous evaluation, a GC pause), the heartbeats

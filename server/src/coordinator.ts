@@ -93,6 +93,22 @@ export class Coordinator {
     for (const l of this.lossListeners) l(loss);
   }
 
+  /** Miners known to be of this run (they registered in it): ids a receipt or loss report may name. */
+  private readonly knownMiners = new Set<string>();
+
+  /** A miner registered in this run (called by the registration handler). */
+  noteMiner(id: string): void {
+    this.knownMiners.add(id);
+  }
+
+  /** Whether `id` is a miner of this run: remembered, else looked up once (a restart forgets). */
+  async isMinerOfRun(id: string): Promise<boolean> {
+    if (this.knownMiners.has(id)) return true;
+    const [row] = await this.db.query('SELECT 1 FROM miners WHERE id = $1 AND run_id = $2', [id, this.runId]);
+    if (row) this.knownMiners.add(id);
+    return Boolean(row);
+  }
+
   /** Tells every connected miner who holds which stage, so each can pick its neighbours. */
   async broadcastStageMap(): Promise<void> {
     const stages = (await this.stageMap()).map((s) => s.miners.map((m) => m.id));

@@ -1,4 +1,5 @@
 import { PROTOCOL_VERSION, ProtocolError, type ClientMessage, type MergeGo } from '@train-at-home/protocol';
+import { partitionMap } from '@train-at-home/swarm/partition';
 import { randomInt } from 'node:crypto';
 import type { Coordinator } from './coordinator';
 
@@ -174,6 +175,7 @@ export class PhaseMachine {
     if (!s || s.phase !== 'merging' || !s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not merging round ${msg.round}`);
     if (!s.go.participants.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a participant of the round');
     if (s.merged.has(minerId)) throw new ProtocolError('REPLAYED', 'already reported');
+    checkMergeReport(s.go, msg);
     s.merged.set(minerId, { ok: msg.ok, hash: msg.hash, error: msg.error, clipped: msg.clipped });
     const { go, round } = s;
     if (msg.ok) {
@@ -232,5 +234,30 @@ export class PhaseMachine {
     ]);
     const since = s.triggeredAt ?? new Date();
     Object.assign(s, { ...this.fresh(s.round), since, busy: s.busy });
+  }
+}
+
+/**
+ * What a replica's merge report may claim, given its round: with n
+ * participants there are n partitions and each replica reduces two, over at
+ * most n contributions each, so it clips at most 2n; evidence names
+ * partitions of the round, each once, with their true owners (the partition
+ * map is the round's, from its seed), and a liar among them. Anything else is
+ * refused by name (OUT_OF_BOUNDS) and nothing of the report is stored.
+ */
+export function checkMergeReport(go: MergeGo, msg: ClientMessage<'merged'>): void {
+  const n = go.participants.length;
+  if (msg.clipped > 2 * n) throw new ProtocolError('OUT_OF_BOUNDS', `clipped ${msg.clipped}: a replica of a ${n}-replica round reduces at most ${2 * n} contributions`);
+  if (msg.evidence.length === 0) return;
+  if (n < 2) throw new ProtocolError('OUT_OF_BOUNDS', 'a round of one has no partitions to dispute');
+  const map = partitionMap({ peers: go.participants, length: n, seed: go.seed });
+  const seen = new Set<number>();
+  for (const e of msg.evidence) {
+    const p = map[e.partition];
+    if (!p) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${e.partition}: the round has ${n}`);
+    if (seen.has(e.partition)) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${e.partition} disputed twice`);
+    seen.add(e.partition);
+    if ([...e.owners].sort().join() !== [...p.owners].sort().join()) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${e.partition} is not owned by the miners named`);
+    if (e.liar !== undefined && !e.owners.includes(e.liar)) throw new ProtocolError('OUT_OF_BOUNDS', 'the liar named is not an owner of the partition');
   }
 }

@@ -87,7 +87,7 @@ describe('3 stages × 2 replicas in separate processes', () => {
     }
     // Every activation and gradient crossed a data channel, confirmed by both ends: a microbatch with a
     // loss report crossed 2 boundaries each way. Nothing was relayed by the coordinator.
-    const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().trainLoss.length;
+    const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json().counts.trainLoss;
     await expect.poll(async () => (await app.coordinator.receiptSummary()).confirmed, { timeout: 30_000 }).toBeGreaterThanOrEqual(4 * losses);
     expect((await app.coordinator.receiptSummary()).disputed).toBe(0);
     expect(app.coordinator.relayed.frameBytes).toBe(0);

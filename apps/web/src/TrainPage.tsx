@@ -33,8 +33,8 @@ function useRun(): { name?: string; preset?: string; stages?: number; miners?: n
     const poll = async (): Promise<void> => {
       try {
         const [status, metrics] = await Promise.all([fetch('/api/status').then((r) => r.json()), fetch('/api/metrics').then((r) => r.json())]);
-        const held = metrics.heldOutLoss as Array<{ value: number }>;
-        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, heldOut: held.length ? held[held.length - 1]!.value : undefined });
+        const held = (metrics.latest?.heldOutLoss ?? null) as { value: number } | null;
+        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, heldOut: held?.value });
       } catch {
         // the coordinator is away; the tab keeps training and the worker reconnects
       }

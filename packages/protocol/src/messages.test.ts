@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_SOCKET_MESSAGE_BYTES, parseClientMessage, ProtocolError } from './messages';
+import { MAX_EVENT_BYTES, MAX_SOCKET_MESSAGE_BYTES, parseClientMessage, ProtocolError } from './messages';
 
 const key = '0x' + 'ab'.repeat(32);
 const sig = '0x' + 'cd'.repeat(64);
@@ -35,6 +35,8 @@ describe('socket messages', () => {
     expect(code(() => parseClientMessage('loss', { v: 1, epoch: 0, activationId: 'z'.repeat(32), pathway: ['m'], loss: 1 }))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('loss', { v: 1, epoch: 0, activationId: 'a'.repeat(32), pathway: ['m'], loss: NaN }))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('signal', { v: 1, to: 'm', kind: 'offer', payload: 'x'.repeat(MAX_SOCKET_MESSAGE_BYTES), seq: 0, signature: sig }))).toBe('TOO_LARGE');
+    // Each event has its own bound: a heartbeat padded to 1 KiB is refused before its schema is read.
+    expect(code(() => parseClientMessage('heartbeat', { v: 1, seq: 0, pad: 'x'.repeat(MAX_EVENT_BYTES.heartbeat!) }))).toBe('TOO_LARGE');
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
     expect(code(() => parseClientMessage('hello', cyclic))).toBe('SCHEMA');

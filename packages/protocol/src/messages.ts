@@ -9,6 +9,21 @@ import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 export const PROTOCOL_VERSION = 1;
 /** No socket message needs more: bulk bytes go peer to peer as frames. */
 export const MAX_SOCKET_MESSAGE_BYTES = 64 * 1024;
+/**
+ * Each event's own bound (its JSON), checked before its schema: a heartbeat is
+ * a few dozen bytes, a signal carries an SDP (under 32 KiB), a merge report at
+ * most 256 disputes.
+ */
+export const MAX_EVENT_BYTES: Record<string, number> = {
+  hello: 1024,
+  register: 2048,
+  heartbeat: 256,
+  signal: 40 * 1024,
+  receipt: 1024,
+  loss: 4096,
+  'merge-ready': 1024,
+  merged: MAX_SOCKET_MESSAGE_BYTES,
+};
 
 const Hex32 = Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' });
 const Hex64 = Type.String({ pattern: '^0x[0-9a-fA-F]{128}$' });
@@ -129,7 +144,11 @@ export type ProtocolErrorCode =
   /** A receipt or loss report for a microbatch no stage-0 miner ever sent. */
   | 'UNKNOWN_ACTIVATION'
   /** The validator flagged this miner: it may not take part in this run again. */
-  | 'FLAGGED';
+  | 'FLAGGED'
+  /** Too many messages of this kind from this connection or miner; the rejection says how long to wait. */
+  | 'RATE_LIMITED'
+  /** Well-formed, but beyond what this run allows (a miner or partition that is not in the round, a count no round can reach). */
+  | 'OUT_OF_BOUNDS';
 
 export class ProtocolError extends Error {
   override name = 'ProtocolError';
@@ -154,7 +173,8 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
   } catch {
     throw new ProtocolError('SCHEMA', 'message is not plain JSON');
   }
-  if (size > MAX_SOCKET_MESSAGE_BYTES) throw new ProtocolError('TOO_LARGE', `${size} bytes exceed ${MAX_SOCKET_MESSAGE_BYTES}`);
+  const max = MAX_EVENT_BYTES[event] ?? MAX_SOCKET_MESSAGE_BYTES;
+  if (size > max) throw new ProtocolError('TOO_LARGE', `${size} bytes exceed ${max} for ${event}`);
   if (typeof data === 'object' && data !== null && 'v' in data) {
     // Read as data only: a version that is an object ({ toString: 1 }) must not run or throw here.
     const v = (data as { v: unknown }).v;

@@ -1,4 +1,8 @@
 import { PGlite } from '@electric-sql/pglite';
+import { fork } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { MIGRATIONS } from './migrations';
 
@@ -31,8 +35,36 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   return db;
 }
 
+/**
+ * PostgreSQL settings of the embedded database. Its default shared buffers
+ * (128 MB) grow PGlite's WebAssembly memory to about 200 MB at start; a
+ * coordinator's tables are read through the OS's file cache as well, and 32 MB
+ * keeps an idle coordinator near 240 MB (bench/idle-memory.ts).
+ */
+export const PGLITE_SETTINGS = ['shared_buffers = 32MB'];
+
+const INITDB_ENTRY = fileURLToPath(new URL('./initdb-process.ts', import.meta.url));
+
+/**
+ * Creates a fresh data folder in a short-lived child process (initdb-process.ts)
+ * when it holds no database yet; resolves with that process's pid, or
+ * undefined when the folder was ready.
+ */
+export async function initDataDir(dataDir: string): Promise<number | undefined> {
+  if (existsSync(join(dataDir, 'PG_VERSION'))) return undefined;
+  mkdirSync(dataDir, { recursive: true });
+  const child = fork(INITDB_ENTRY, [dataDir], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', resolve);
+  });
+  if (code !== 0 || !existsSync(join(dataDir, 'PG_VERSION'))) throw new Error(`could not create the database folder ${dataDir} (initdb exited ${code})`);
+  return child.pid;
+}
+
 async function pglite(dataDir?: string): Promise<Database> {
-  const lite = await PGlite.create(dataDir);
+  if (dataDir) await initDataDir(dataDir);
+  const lite = await PGlite.create(dataDir, { postgresqlconf: PGLITE_SETTINGS });
   const run = async <T>(q: { query: PGlite['query'] }, sql: string, params?: unknown[]): Promise<T[]> =>
     (await q.query<T>(sql, params as unknown[])).rows;
   return {

@@ -287,4 +287,14 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       CREATE INDEX refused_receipts_by_miner ON refused_receipts (run_id, miner_id, created_at);
     `,
   },
+  {
+    version: 10,
+    name: 'metrics by id, for paging',
+    sql: `
+      -- Every list the API returns is paged by a cursor; a metric's id is its place in its series
+      -- (rows of one time can tie). Rows stored before get ids in the table's order.
+      ALTER TABLE metrics ADD COLUMN id bigserial;
+      CREATE INDEX metrics_by_id ON metrics (run_id, name, id);
+    `,
+  },
 ];

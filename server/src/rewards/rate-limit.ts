@@ -1,4 +1,3 @@
-import rateLimit from '@fastify/rate-limit';
 import { canonicalAddress } from '@train-at-home/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RateLimit } from './settings';
@@ -26,13 +25,13 @@ export function requestAddress(body: unknown): string | null {
 /**
  * Two limits on each route, with counters of their own: per client IP
  * (onRequest, before the body is read: IPv6 counted per /64) and per wallet
- * address (preHandler, once the body is parsed and valid). @fastify/rate-limit
- * keeps the counters; a route's own config takes one key, so each limiter is
+ * address (preHandler, once the body is parsed and valid), beside the app's
+ * global per-IP limit. @fastify/rate-limit keeps the counters; a route's own config takes one key, so each limiter is
  * made with createRateLimit. Call the returned function once per route. Over a limit: 429 RATE_LIMITED, `retryAfterMs`,
  * and a retry-after header in seconds.
  */
-export async function rewardsRateLimits(app: FastifyInstance, limits: { perIp: RateLimit; perAddress: RateLimit }): Promise<() => { onRequest: Hook; preHandler: Hook }> {
-  await app.register(rateLimit, { global: false });
+export function rewardsRateLimits(app: FastifyInstance, limits: { perIp: RateLimit; perAddress: RateLimit }): () => { onRequest: Hook; preHandler: Hook } {
+  // @fastify/rate-limit is registered once, by the app (its global per-IP limit); these are extra.
   return () => {
     const perIp = app.createRateLimit({ max: limits.perIp.max, timeWindow: limits.perIp.timeWindowMs });
     const perAddress = app.createRateLimit({ max: limits.perAddress.max, timeWindow: limits.perAddress.timeWindowMs, keyGenerator: (req) => requestAddress(req.body) ?? '' });

@@ -4,45 +4,16 @@ import type { Coordinator } from '../coordinator';
 import { epochAt, epochWindow, MAX_EPOCH } from '../ledger/epochs';
 import { baseUnits, iso, runStartMs } from '../ledger/queries';
 import { ACCOUNT, MINER_ID } from '../ledger/settle';
+import { answerBadRequests, integer, limit, matching, optionalMatching, page, type Query } from './query';
 
 export const DEFAULT_PAGE = 50;
 export const MAX_PAGE = 500;
 
-/** A request's parameter is malformed or out of range: 400, and nothing is looked up. */
-class BadRequest extends Error {}
-
-type Query = Record<string, unknown>;
-
-/** An optional non-negative integer parameter: decimal digits only (no sign, exponent or leading zeros). */
-function integer(q: Query, name: string, max: number): number | null {
-  const raw = q[name];
-  if (raw === undefined) return null;
-  if (typeof raw !== 'string' || !/^(?:0|[1-9][0-9]{0,9})$/.test(raw) || Number(raw) > max) throw new BadRequest(`${name} must be an integer in 0…${max}`);
-  return Number(raw);
-}
-
-function limit(q: Query): number {
-  const n = integer(q, 'limit', MAX_PAGE) ?? DEFAULT_PAGE;
-  if (n < 1) throw new BadRequest(`limit must be an integer in 1…${MAX_PAGE}`);
-  return n;
-}
-
-function matching(raw: unknown, pattern: RegExp, what: string): string {
-  if (typeof raw !== 'string' || !pattern.test(raw)) throw new BadRequest(`${what} is malformed`);
-  return raw;
-}
-
-function optionalMatching(q: Query, name: string, pattern: RegExp): string | null {
-  return q[name] === undefined ? null : matching(q[name], pattern, name);
-}
+/** A page of the incentive lists, unless `limit` says otherwise. */
+const pageSize = (q: Query): number => limit(q, DEFAULT_PAGE, MAX_PAGE);
 
 function epochParam(raw: unknown): number {
   return integer({ epoch: raw }, 'epoch', MAX_EPOCH)!;
-}
-
-/** Rows fetched one past the page: the extra one says whether there is a next page. */
-function page<T>(rows: T[], n: number): { rows: T[]; more: boolean } {
-  return { rows: rows.slice(0, n), more: rows.length > n };
 }
 
 /**
@@ -57,10 +28,7 @@ export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> =
   const { epochMs, emissionPerEpoch, windowEpochs } = coordinator.run.incentives;
   const startMs = await runStartMs(db, runId);
 
-  app.setErrorHandler((err, _req, reply) => {
-    if (err instanceof BadRequest) return reply.code(400).send({ error: 'BAD_REQUEST', message: err.message });
-    throw err;
-  });
+  answerBadRequests(app);
 
   type SettlementRow = { epoch: number; starts_at: Date; ends_at: Date; emission: string; allocated: string; merkle_root: string | null; settled_at: Date };
   /** A settlement row as the API shows it. */
@@ -83,7 +51,7 @@ export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> =
   const noSuchEpoch = (epoch: number) => ({ error: 'NO_SUCH_EPOCH', message: `epoch ${epoch} is not settled` });
 
   app.get<{ Querystring: Query }>('/api/epochs', async (req) => {
-    const n = limit(req.query);
+    const n = pageSize(req.query);
     const before = integer(req.query, 'before', MAX_EPOCH);
     const rows = await db.query<SettlementRow & { payout_count: number }>(
       `SELECT s.epoch, s.starts_at, s.ends_at, s.emission::text, s.allocated::text, s.merkle_root, s.settled_at,
@@ -104,7 +72,7 @@ export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> =
 
   app.get<{ Params: { epoch: string }; Querystring: Query }>('/api/epochs/:epoch', async (req, reply) => {
     const epoch = epochParam(req.params.epoch);
-    const n = limit(req.query);
+    const n = pageSize(req.query);
     const payoutsAfter = optionalMatching(req.query, 'payoutsAfter', ACCOUNT);
     const scoresAfter = optionalMatching(req.query, 'scoresAfter', MINER_ID);
     const s = await settlement(epoch);
@@ -165,7 +133,7 @@ export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> =
 
   app.get<{ Params: { id: string }; Querystring: Query }>('/api/miners/:id/score', async (req, reply) => {
     const miner = matching(req.params.id, MINER_ID, 'miner id');
-    const n = limit(req.query);
+    const n = pageSize(req.query);
     const before = integer(req.query, 'before', MAX_EPOCH);
     const flagsBefore = integer(req.query, 'flagsBefore', 2 ** 31 - 1);
     // What the miner's account was paid in an epoch in which the payout names this miner
@@ -215,7 +183,7 @@ export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> =
   });
 
   app.get<{ Querystring: Query }>('/api/leaderboard', async (req, reply) => {
-    const n = limit(req.query);
+    const n = pageSize(req.query);
     const after = integer(req.query, 'after', 2 ** 31 - 1);
     let epoch = integer(req.query, 'epoch', MAX_EPOCH);
     if (epoch === null) {

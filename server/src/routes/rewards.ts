@@ -3,6 +3,7 @@ import { PAYOUT_LEAF_ENCODING } from '@train-at-home/incentives';
 import { MAX_REWARDS_MESSAGE_CHARS, RewardsMessageError, canonicalAddress, formatRewardsMessage, parseRewardsMessage, type RewardsMessage } from '@train-at-home/protocol';
 import type { FastifyError, FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
+import { RateLimited } from '../rate-limited';
 import { MAX_EPOCH } from '../ledger/epochs';
 import { balance, claimable, executeClaim, receipts } from '../ledger/claims';
 import { RewardsError } from '../rewards/errors';
@@ -57,10 +58,12 @@ const ClaimsQuery = Type.Object(
  */
 export const rewardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; settings: RewardsSettings }> = async (app, { coordinator, settings }) => {
   const { db } = coordinator;
-  const limited = await rewardsRateLimits(app, settings.rateLimit);
+  const limited = rewardsRateLimits(app, settings.rateLimit);
   const now = (): Date => new Date(settings.now());
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
+    // The app's per-IP limit on every route: its own answer (RATE_LIMITED, retryAfterMs, retry-after).
+    if (err instanceof RateLimited) return reply.code(429).send(err.body);
     const { status, code, message } = refusal(err);
     if (status >= 500) req.log.error({ err }, 'rewards request failed');
     return reply.code(status).send({ error: code, message });

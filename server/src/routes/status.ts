@@ -1,36 +1,136 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
+import { answerBadRequests, integer, limit, optionalMatching, page, type Query } from './query';
 
-/** Read-only REST: the run, its stage map and its checkpoints. */
+/** Metric series the API serves, by the name they are stored under. */
+export const SERIES = { train_loss: 'trainLoss', heldout_loss: 'heldOutLoss' } as const;
+export type SeriesName = keyof typeof SERIES;
+/** Points per page of a series: a chart backfills thousands at a time. */
+export const DEFAULT_POINTS = 1000;
+export const MAX_POINTS = 5000;
+/** Rows per page of the other lists (merge rounds, merge events, checkpoints). */
+export const DEFAULT_ROWS = 500;
+export const MAX_ROWS = 500;
+
+export interface MetricPoint {
+  /** The point's place in its series: the cursor to page after. */
+  id: number;
+  value: number;
+  /** When it was stored (ISO). */
+  at: string;
+  /** The last stage's merge round (train losses), else null. */
+  round: number | null;
+}
+
+const BIGINT_MAX = Number.MAX_SAFE_INTEGER;
+const INT4_MAX = 2 ** 31 - 1;
+/** A keyset cursor over (round, stage): "12:0". */
+const ROUND_STAGE = /^(?:0|[1-9][0-9]{0,9}):(?:0|[1-9][0-9]{0,3})$/;
+const roundStage = (raw: string | null): [number, number] | [null, null] => {
+  if (raw === null) return [null, null];
+  const [r, s] = raw.split(':').map(Number) as [number, number];
+  return r > INT4_MAX ? [INT4_MAX, s] : [r, s];
+};
+
+/**
+ * Read-only REST: the run, its stage map, its metrics, merges and
+ * checkpoints. Every list is paged: `limit` and a cursor the response names
+ * (`nextAfter`, `nextBefore`…); a malformed parameter is a 400 BAD_REQUEST.
+ */
 export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = async (app, { coordinator }) => {
+  const { db, runId } = coordinator;
+  answerBadRequests(app);
+
   app.get('/api/status', async () => {
-    const [{ count }] = await coordinator.db.query<{ count: number }>(
-      `SELECT count(*)::int AS count FROM miners WHERE run_id = $1 AND status = 'active'`,
-      [coordinator.runId],
-    ) as [{ count: number }];
-    return { run: coordinator.run, activeMiners: count, database: coordinator.db.kind };
+    const [{ count }] = (await db.query<{ count: number }>(`SELECT count(*)::int AS count FROM miners WHERE run_id = $1 AND status = 'active'`, [runId])) as [{ count: number }];
+    return { run: coordinator.run, activeMiners: count, database: db.kind };
   });
   app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));
-  const series = (name: string) =>
-    coordinator.db.query(`SELECT epoch, value, created_at AS "createdAt" FROM metrics WHERE run_id = $1 AND name = $2 ORDER BY created_at`, [coordinator.runId, name]);
-  app.get('/api/metrics', async () => ({ trainLoss: await series('train_loss'), heldOutLoss: await series('heldout_loss') }));
-  app.get('/api/merges', async () => ({
-    stages: coordinator.phases.status(),
-    rounds: await coordinator.db.query(
-      `SELECT stage, epoch AS round, phase, mode, participants, merged_hash AS "mergedHash", clipped, started_at AS "startedAt", ended_at AS "endedAt"
-       FROM epochs WHERE run_id = $1 ORDER BY epoch, stage`,
-      [coordinator.runId],
-    ),
-    events: await coordinator.db.query(
-      `SELECT stage, round, kind, miner_id AS "minerId", reporter, detail, created_at AS "createdAt" FROM merge_events WHERE run_id = $1 ORDER BY id`,
-      [coordinator.runId],
-    ),
-  }));
+
+  const point = (r: { id: string | number; value: number; at: Date | string; round: number | null }): MetricPoint => ({
+    id: Number(r.id),
+    value: r.value,
+    at: new Date(r.at).toISOString(),
+    round: r.round,
+  });
+  const POINT_COLUMNS = `id, value, created_at AS at, round`;
+
+  /** How many points each series holds and its latest: what a page that shows the run's progress needs. */
+  app.get('/api/metrics', async () => {
+    const counts: Record<string, number> = {};
+    const latest: Record<string, MetricPoint | null> = {};
+    for (const [name, key] of Object.entries(SERIES)) {
+      const [c] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE run_id = $1 AND name = $2`, [runId, name]);
+      const [last] = await db.query<{ id: string; value: number; at: Date; round: number | null }>(
+        `SELECT ${POINT_COLUMNS} FROM metrics WHERE run_id = $1 AND name = $2 ORDER BY id DESC LIMIT 1`,
+        [runId, name],
+      );
+      counts[key] = c?.n ?? 0;
+      latest[key] = last ? point(last) : null;
+    }
+    return { counts, latest };
+  });
+
+  /** One series, oldest first, after a point (`after`, an id): a chart backfills from where it stopped. */
+  app.get<{ Params: { series: string }; Querystring: Query }>('/api/metrics/:series', async (req, reply) => {
+    const name = req.params.series;
+    if (!Object.hasOwn(SERIES, name)) return reply.code(404).send({ error: 'NO_SUCH_SERIES', message: `series are ${Object.keys(SERIES).join(', ')}` });
+    const n = limit(req.query, DEFAULT_POINTS, MAX_POINTS);
+    const after = integer(req.query, 'after', BIGINT_MAX);
+    const rows = await db.query<{ id: string; value: number; at: Date; round: number | null }>(
+      `SELECT ${POINT_COLUMNS} FROM metrics WHERE run_id = $1 AND name = $2 AND ($3::bigint IS NULL OR id > $3) ORDER BY id LIMIT $4`,
+      [runId, name, after, n + 1],
+    );
+    const { rows: points, more } = page(rows.map(point), n);
+    return { series: name, points, nextAfter: more ? points[points.length - 1]!.id : null };
+  });
+
+  /** Merge rounds, oldest first (`after` a "round:stage" cursor), and merge events (`eventsAfter` an id). */
+  app.get<{ Querystring: Query }>('/api/merges', async (req) => {
+    const n = limit(req.query, DEFAULT_ROWS, MAX_ROWS);
+    const [afterRound, afterStage] = roundStage(optionalMatching(req.query, 'after', ROUND_STAGE));
+    const eventsAfter = integer(req.query, 'eventsAfter', INT4_MAX);
+    const rounds = page(
+      await db.query<{ stage: number; round: number }>(
+        `SELECT stage, epoch AS round, phase, mode, participants, merged_hash AS "mergedHash", clipped, started_at AS "startedAt", ended_at AS "endedAt"
+         FROM epochs WHERE run_id = $1 AND ($2::int IS NULL OR (epoch, stage) > ($2, $3)) ORDER BY epoch, stage LIMIT $4`,
+        [runId, afterRound, afterStage, n + 1],
+      ),
+      n,
+    );
+    const events = page(
+      await db.query<{ id: number }>(
+        `SELECT id, stage, round, kind, miner_id AS "minerId", reporter, detail, created_at AS "createdAt"
+         FROM merge_events WHERE run_id = $1 AND ($2::int IS NULL OR id > $2) ORDER BY id LIMIT $3`,
+        [runId, eventsAfter, n + 1],
+      ),
+      n,
+    );
+    const lastRound = rounds.rows[rounds.rows.length - 1];
+    return {
+      stages: coordinator.phases.status(),
+      rounds: rounds.rows,
+      nextAfter: rounds.more && lastRound ? `${lastRound.round}:${lastRound.stage}` : null,
+      events: events.rows,
+      nextEventsAfter: events.more ? events.rows[events.rows.length - 1]!.id : null,
+    };
+  });
+
   app.get('/api/receipts', async () => coordinator.receiptSummary());
-  app.get('/api/checkpoints', async () => ({
-    checkpoints: await coordinator.db.query(
-      `SELECT stage, epoch, hash, bytes, created_at AS "createdAt" FROM checkpoints WHERE run_id = $1 ORDER BY epoch DESC, stage`,
-      [coordinator.runId],
-    ),
-  }));
+
+  /** Stored checkpoints (a few per stage are kept), newest round first (`before` a "round:stage" cursor). */
+  app.get<{ Querystring: Query }>('/api/checkpoints', async (req) => {
+    const n = limit(req.query, DEFAULT_ROWS, MAX_ROWS);
+    const [beforeRound, beforeStage] = roundStage(optionalMatching(req.query, 'before', ROUND_STAGE));
+    const rows = page(
+      await db.query<{ stage: number; epoch: number }>(
+        `SELECT stage, epoch, hash, bytes, created_at AS "createdAt" FROM checkpoints
+         WHERE run_id = $1 AND ($2::int IS NULL OR epoch < $2 OR (epoch = $2 AND stage > $3)) ORDER BY epoch DESC, stage LIMIT $4`,
+        [runId, beforeRound, beforeStage, n + 1],
+      ),
+      n,
+    );
+    const last = rows.rows[rows.rows.length - 1];
+    return { checkpoints: rows.rows, nextBefore: rows.more && last ? `${last.epoch}:${last.stage}` : null };
+  });
 };

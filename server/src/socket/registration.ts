@@ -5,6 +5,7 @@ import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
 import { ANNOUNCE_WAIT_MS } from '../activations';
 import { arrivalTime } from '../clock';
 import type { Coordinator } from '../coordinator';
+import { SocketRateLimits } from './rate-limits';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */
 export const CHALLENGE_TTL_MS = 60_000;
@@ -28,7 +29,7 @@ interface SocketState {
   rejections: number;
 }
 
-type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string } }) => void;
+type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string; retryAfterMs?: number } }) => void;
 
 /**
  * The registration handshake, then the events of a registered miner. Every
@@ -36,10 +37,18 @@ type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { co
  * code and changes nothing. A connection that keeps sending bad messages, or
  * signs wrongly, is disconnected.
  */
-export function attachRegistration(io: Server, coordinator: Coordinator): void {
+export function attachRegistration(io: Server, coordinator: Coordinator, limits = new SocketRateLimits()): void {
   io.on('connection', (socket: Socket) => {
     const state: SocketState = { rejections: 0 };
     const held = socket.data as MinerSocketData;
+    /** Over its budget (socket/rate-limits.ts): refused by name with the time to wait; not counted as a bad message. */
+    const overBudget = async (event: string, ack: Ack): Promise<boolean> => {
+      const waitMs = await limits.take(event, socket.id, state.minerId);
+      if (waitMs === undefined) return false;
+      ack({ ok: false, error: { code: 'RATE_LIMITED', message: `too many ${SocketRateLimits.kind(event)} messages; retry in ${waitMs} ms`, retryAfterMs: waitMs } });
+      return true;
+    };
+    socket.once('disconnect', () => limits.forget(socket.id));
     // Every event is stamped when it arrives: receipts and loss reports are stored with that time, so
     // a miner's reports keep the order it sent them in even when one waits (the validator counts a
     // miner's inner steps between two of its receipts: validator/spot-checks.ts).
@@ -51,6 +60,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       });
       const run = async (data: unknown, maybeAck: unknown, arrived: string): Promise<void> => {
         const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event, ...reply });
+        if (await overBudget(event, ack)) return;
         try {
           await fn(parseClientMessage<E>(event, data), ack, arrived);
         } catch (e) {
@@ -64,12 +74,12 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
     };
     // Unknown events get the same named rejection as malformed ones.
     const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame', 'merge-ready', 'merged']);
-    socket.onAny((event: string, ...args: unknown[]) => {
+    socket.onAny(async (event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
-      const ack = args.find((a) => typeof a === 'function') as Ack | undefined;
-      const error = { code: 'UNKNOWN_EVENT', message: `unknown event ${String(event).slice(0, 40)}` };
-      if (ack) ack({ ok: false, error });
-      else socket.emit('reply', { event, ok: false, error });
+      const given = args.find((a) => typeof a === 'function') as Ack | undefined;
+      const ack: Ack = given ?? ((reply) => socket.emit('reply', { event: String(event).slice(0, 40), ...reply }));
+      if (await overBudget(String(event), ack)) return;
+      ack({ ok: false, error: { code: 'UNKNOWN_EVENT', message: `unknown event ${String(event).slice(0, 40)}` } });
       if (++state.rejections > MAX_REJECTIONS) socket.disconnect(true);
     });
 
@@ -119,6 +129,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       }
       state.minerId = minerId;
       held.stage = stage;
+      coordinator.noteMiner(minerId);
       // The latest registration owns the miner: an older connection of it is closed, and its close changes nothing.
       const older = coordinator.sockets.get(minerId);
       coordinator.sockets.set(minerId, socket);
@@ -158,7 +169,9 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       if (msg.pathway.length !== coordinator.run.stages || msg.pathway[msg.pathway.length - 1] !== state.minerId) {
         throw new ProtocolError('SCHEMA', 'the pathway must name one miner per stage, ending with the reporter');
       }
-      if (!(await coordinator.activations.exists(msg.activationId))) throw new ProtocolError('UNKNOWN_ACTIVATION', 'no stage-0 miner sent this microbatch');
+      for (const id of msg.pathway) if (!(await coordinator.isMinerOfRun(id))) throw new ProtocolError('UNKNOWN_PEER', `the pathway names ${id.slice(0, 16)}…, no miner of this run`);
+      if (!coordinator.activations.mayWait(msg.activationId, state.minerId)) throw new ProtocolError('RATE_LIMITED', 'too many of this miner\'s reports are waiting for their microbatch');
+      if (!(await coordinator.activations.exists(msg.activationId, ANNOUNCE_WAIT_MS, state.minerId))) throw new ProtocolError('UNKNOWN_ACTIVATION', 'no stage-0 miner sent this microbatch');
       // The last stage's merge round when the loss arrived: CLASP compares pathways within a round.
       const round = coordinator.phases.status()[coordinator.run.stages - 1]!.round;
       const inserted = await coordinator.db.query(
@@ -177,9 +190,12 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
       if (msg.from !== state.minerId && msg.to !== state.minerId) throw new ProtocolError('SCHEMA', 'a receipt must name its reporter as sender or receiver');
       if (msg.from === msg.to) throw new ProtocolError('SCHEMA', 'a transfer has two ends');
+      const peer = msg.from === state.minerId ? msg.to : msg.from;
+      if (!(await coordinator.isMinerOfRun(peer))) throw new ProtocolError('UNKNOWN_PEER', 'the other end of this transfer is no miner of this run');
       // A stage-0 miner confirming that it sends an activation announces a new microbatch; every
       // other receipt must name one that exists.
       if (held.stage === 0 && msg.direction === 'activation' && msg.from === state.minerId) coordinator.activations.announce(msg.activationId, state.minerId);
+      else if (!coordinator.activations.mayWait(msg.activationId, state.minerId)) throw new ProtocolError('RATE_LIMITED', 'too many of this miner\'s receipts are waiting for their microbatch');
       else if (!(await coordinator.activations.exists(msg.activationId, ANNOUNCE_WAIT_MS, state.minerId))) {
         coordinator.flags.noteForgery(state.minerId, msg);
         await coordinator.db.query('INSERT INTO refused_receipts (run_id, miner_id, activation_id, direction, created_at) VALUES ($1, $2, $3, $4, $5)', [
@@ -215,8 +231,9 @@ export function attachRegistration(io: Server, coordinator: Coordinator): void {
     // Relay fallback: a chunk for a peer this miner cannot reach directly. Only
     // registered miners may use it, only well-formed chunks are carried, and
     // every byte is counted.
-    socket.on('frame', (data: unknown, maybeAck?: unknown) => {
+    socket.on('frame', async (data: unknown, maybeAck?: unknown) => {
       const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event: 'frame', ...reply });
+      if (await overBudget('frame', ack)) return;
       const refuse = (code: string, message: string): void => {
         ack({ ok: false, error: { code, message } });
         if (++state.rejections > MAX_REJECTIONS) socket.disconnect(true);

@@ -1,0 +1,74 @@
+import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+
+/** A budget: at most `max` messages per `perMs`, counted per connection and, once registered, per miner. */
+export interface SocketRate {
+  max: number;
+  perMs: number;
+}
+
+/** Kinds of socket message with a budget of their own; `other` is every event the coordinator does not know. */
+export type RatedEvent = 'hello' | 'register' | 'heartbeat' | 'signal' | 'receipt' | 'loss' | 'merge-ready' | 'merged' | 'frame' | 'other';
+export type SocketRates = Record<RatedEvent, SocketRate>;
+
+/**
+ * What an honest miner sends, with room to spare. A stage miner confirms at
+ * most four transfers per microbatch (activation in and out, gradient in and
+ * out); 400 receipts a second is 100 microbatches a second, far beyond a tab.
+ * WebRTC set-up sends bursts of ICE candidates; a relayed message is cut into
+ * 256 KiB chunks. A tab registers once per connection and reconnects rarely.
+ */
+export const DEFAULT_SOCKET_RATES: SocketRates = {
+  hello: { max: 30, perMs: 60_000 },
+  register: { max: 30, perMs: 60_000 },
+  heartbeat: { max: 10, perMs: 1000 },
+  signal: { max: 200, perMs: 1000 },
+  receipt: { max: 400, perMs: 1000 },
+  loss: { max: 200, perMs: 1000 },
+  'merge-ready': { max: 20, perMs: 1000 },
+  merged: { max: 20, perMs: 1000 },
+  frame: { max: 200, perMs: 1000 },
+  other: { max: 20, perMs: 1000 },
+};
+
+/**
+ * Rate limits on socket events, per connection and per miner (a miner with
+ * several connections shares one budget), kept by rate-limiter-flexible. A
+ * message over budget is refused by name (RATE_LIMITED) with the time to wait,
+ * before it is parsed, and changes nothing.
+ */
+export class SocketRateLimits {
+  private readonly limiters: Record<RatedEvent, RateLimiterMemory>;
+
+  constructor(rates: Partial<SocketRates> = {}) {
+    const all = { ...DEFAULT_SOCKET_RATES, ...rates };
+    this.limiters = Object.fromEntries(
+      Object.entries(all).map(([event, r]) => {
+        if (!Number.isSafeInteger(r.max) || r.max < 1 || !Number.isSafeInteger(r.perMs) || r.perMs < 1) throw new RangeError(`socket rate for ${event} needs positive integers max and perMs`);
+        // rate-limiter-flexible counts in whole seconds of window.
+        return [event, new RateLimiterMemory({ keyPrefix: event, points: r.max, duration: Math.max(1, Math.round(r.perMs / 1000)) })];
+      }),
+    ) as Record<RatedEvent, RateLimiterMemory>;
+  }
+
+  static kind(event: string): RatedEvent {
+    return Object.hasOwn(DEFAULT_SOCKET_RATES, event) && event !== 'other' ? (event as RatedEvent) : 'other';
+  }
+
+  /** Counts one message; undefined when it is within budget, else the milliseconds to wait. */
+  async take(event: string, connectionId: string, minerId?: string): Promise<number | undefined> {
+    const limiter = this.limiters[SocketRateLimits.kind(event)];
+    try {
+      await limiter.consume(`c:${connectionId}`);
+      if (minerId) await limiter.consume(`m:${minerId}`);
+      return undefined;
+    } catch (e) {
+      if (e instanceof RateLimiterRes) return Math.max(1, e.msBeforeNext);
+      throw e;
+    }
+  }
+
+  /** Forgets a closed connection's counter (a miner's stays: it may reconnect at once). */
+  forget(connectionId: string): void {
+    for (const limiter of Object.values(this.limiters)) void limiter.delete(`c:${connectionId}`);
+  }
+}
