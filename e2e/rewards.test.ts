@@ -3,6 +3,7 @@ import { verifyPayout } from '@train-at-home/incentives';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../server/src/app';
+import { checkDashboard } from './dashboard';
 import { E2E_RUN, launchBrowser, openTab, screenshot, startCoordinator, tabView } from './lib';
 import { installTestWallet, newAccount } from './wallet';
 
@@ -59,7 +60,7 @@ describe('the Rewards page in Chromium', () => {
     // The navigation is real: Dashboard and Train are addresses of their own.
     await page.getByTestId('nav-dashboard').click();
     await expect.poll(() => new URL(page.url()).pathname).toBe('/dashboard');
-    expect(await page.getByTestId('dashboard-placeholder').isVisible()).toBe(true);
+    await expect.poll(() => page.getByTestId('connection').isVisible(), { timeout: 20_000 }).toBe(true);
     await page.getByTestId('nav-train').click();
     await expect.poll(() => new URL(page.url()).pathname).toBe('/');
     expect(await page.getByTestId('join').isVisible()).toBe(true);
@@ -117,6 +118,9 @@ describe('the Rewards page in Chromium', () => {
       .poll(async () => BigInt((await units(tab, 'claimable')) || '0'), { timeout: 4 * 60_000, interval: 2000 })
       .toBeGreaterThan(0n);
     console.log(`e2e: first payout to the wallet ${Math.round((Date.now() - started) / 1000)} s after the link`);
+
+    // Meanwhile a viewer with no wallet and no miner watches the same run on the Dashboard (one swarm for both pages' tests).
+    await checkDashboard(browser.context, url, 2);
 
     // Stop the work (the tab leaves on its Train page, the partner closes), then let every epoch with work settle,
     // so that nothing lands on the balance between the claim and the check that it is zero.

@@ -6,11 +6,14 @@ import { join } from 'node:path';
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Server } from 'socket.io';
-import { cryptoReady } from '@train-at-home/protocol';
+import { cryptoReady, DASHBOARD_NAMESPACE } from '@train-at-home/protocol';
 import { Coordinator } from './coordinator';
+import { DEFAULT_LOCAL_MINERS, LocalMiners, type LocalMinerOptions } from './local-miners';
 import { RateLimited } from './rate-limited';
 import { openDatabase, type Database, type DatabaseOptions } from './db/database';
+import { DashboardFeed } from './dashboard/feed';
 import { checkpointRoutes } from './routes/checkpoints';
+import { dashboardRoutes } from './routes/dashboard';
 import { incentiveRoutes } from './routes/incentives';
 import { probeRoutes } from './routes/probes';
 import { rewardRoutes } from './routes/rewards';
@@ -37,6 +40,10 @@ export interface AppOptions {
   http?: Partial<HttpLimits>;
   /** Budgets of socket events per connection and per miner (socket/rate-limits.ts). */
   socketRates?: Partial<SocketRates>;
+  /** The dashboard's live feed: how often viewers get an update. */
+  dashboard?: { pushMs?: number };
+  /** Headless miners the coordinator starts on its own machine for stages nobody holds (local-miners.ts); none by default. */
+  localMiners?: Partial<LocalMinerOptions>;
 }
 
 export interface HttpLimits {
@@ -92,6 +99,10 @@ export interface App {
   db: Database;
   /** The validator: held-out loss, spot checks, scores and settlement (its work runs in a process of its own). */
   validator: Validator;
+  /** The dashboard's live feed (socket.io namespace /dashboard). */
+  feed: DashboardFeed;
+  /** Miners this coordinator starts for empty stages (after `localMiners.start(url)`). */
+  localMiners: LocalMiners;
   close(): Promise<void>;
 }
 
@@ -145,7 +156,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   // Miners that were active when the coordinator stopped must reconnect and register again.
   await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
   const validator = new Validator(coordinator);
-  await fastify.register(statusRoutes, { coordinator });
+  const localMiners = new LocalMiners(coordinator, { ...DEFAULT_LOCAL_MINERS, ...options.localMiners });
+  await fastify.register(statusRoutes, { coordinator, localMiners });
   await fastify.register(checkpointRoutes, { coordinator });
   await fastify.register(incentiveRoutes, { coordinator });
   await fastify.register(probeRoutes, { spotChecks: validator.spotChecks });
@@ -160,6 +172,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   }
   // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
   const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false });
+  const feed = new DashboardFeed(coordinator, io.of(DASHBOARD_NAMESPACE), options.dashboard?.pushMs);
+  await fastify.register(dashboardRoutes, { coordinator, feed });
   refuseOtherSocketMethods(fastify.server);
   attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates));
   const silentMs = options.silentMs ?? 15_000;
@@ -175,6 +189,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     if (now >= trustAfter) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
     coordinator.phases.tick().catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
     validator.tick();
+    localMiners.tick().catch((err: unknown) => fastify.log.error({ err }, 'local miners tick failed'));
   }, sweepMs);
   sweep.unref();
   return {
@@ -183,8 +198,12 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     coordinator,
     db,
     validator,
+    feed,
+    localMiners,
     async close() {
       clearInterval(sweep);
+      await localMiners.close();
+      feed.close();
       io.close();
       await validator.close();
       // Requests in flight finish; a keep-alive connection is closed as soon as it goes idle,

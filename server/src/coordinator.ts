@@ -1,7 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Socket } from 'socket.io';
 import type { Database } from './db/database';
+import { PRESETS } from '@train-at-home/model';
 import { ActivationRegistry } from './activations';
+import { LiveState } from './dashboard/live';
 import { PhaseMachine } from './phases';
 import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
 import { rebalanceStages } from './socket/registration';
@@ -17,6 +19,8 @@ export class Coordinator {
   readonly activations: ActivationRegistry;
   /** Evidence against miners; a flagged miner leaves the pipeline. */
   readonly flags: Flags;
+  /** What the dashboard shows as it moves: miners' own reports, transfer rates, bytes. */
+  readonly live: LiveState;
 
   constructor(
     readonly db: Database,
@@ -27,6 +31,8 @@ export class Coordinator {
     this.phases = new PhaseMachine(this);
     this.activations = new ActivationRegistry(db, runId);
     this.flags = new Flags(this);
+    const preset = PRESETS[run.preset];
+    this.live = new LiveState(run.stages, run.training.batchSize * preset.contextLength * preset.dModel * 4);
   }
 
   /** Loads the run by name, creating it on first start; a restart resumes the same run. */
@@ -56,6 +62,7 @@ export class Coordinator {
       [this.runId, silentMs / 1000],
     );
     for (const { id } of silent) {
+      this.live.forget(id);
       this.sockets.get(id)?.disconnect(true);
       this.sockets.delete(id);
     }
@@ -81,6 +88,7 @@ export class Coordinator {
   }
 
   async minerLeft(id: string): Promise<void> {
+    this.live.forget(id);
     await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active'`, [id]);
     await rebalanceStages(this);
   }

@@ -1,6 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DASHBOARD_NAMESPACE, DashboardFollower, type DashboardUpdate } from '@train-at-home/protocol';
+import { io as connect } from 'socket.io-client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
@@ -16,8 +18,22 @@ afterAll(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
+/** A dashboard viewer in Node: the feed over socket.io-client, REST over fetch, and the page's follower. */
+function follow(url: string) {
+  const follower = new DashboardFollower(async (path) => (await fetch(`${url}${path}`)).json());
+  const socket = connect(`${url}${DASHBOARD_NAMESPACE}`, { transports: ['websocket'], forceNew: true, reconnectionDelay: 200, reconnectionDelayMax: 1000 });
+  const viewer = { updates: 0, disconnects: 0, ids: () => follower.series.train_loss.points.map((p) => p.id), gaps: () => follower.gaps, close: () => socket.close() };
+  socket.on('update', (u: DashboardUpdate) => {
+    viewer.updates++;
+    follower.push(u);
+  });
+  socket.on('disconnect', () => viewer.disconnects++);
+  void follower.start();
+  return viewer;
+}
+
 describe('coordinator restart', () => {
-  it('miners reconnect to the restarted coordinator, keep their stages, and the run resumes from what was committed', async () => {
+  it('miners reconnect to the restarted coordinator, keep their stages, and the run resumes from what was committed; a dashboard viewer backfills, with no hole', async () => {
     const database = await testDatabase(`restart_swarm_${Date.now()}`, dataDir);
     const options = {
       database,
@@ -28,6 +44,10 @@ describe('coordinator restart', () => {
     const port = (app.fastify.server.address() as { port: number }).port;
     const runId = app.coordinator.runId;
     const started = [await miners.start(port), await miners.start(port), await miners.start(port)];
+    // A dashboard viewer follows the run throughout, with the page's own code (DashboardFollower): it
+    // reconnects by itself after the restart, and must hold every loss, with no hole.
+    const viewer = follow(`http://127.0.0.1:${port}`);
+    await expect.poll(() => viewer.updates, { timeout: 30_000 }).toBeGreaterThan(0);
     await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(20);
     const stagesBefore = started.map((m) => /stage (\d) of 3/.exec(m.output)![1]);
 
@@ -50,6 +70,15 @@ describe('coordinator restart', () => {
     }
     // Enough steps after the restart (past the 20-step warm-up) for learning to show.
     await expect.poll(async () => (await lossReports(app)).reports, { timeout: 180_000, interval: 500 }).toBeGreaterThanOrEqual(committed + 30);
+
+    // The viewer saw the feed drop and come back, and its series is the stored one, whole.
+    await expect.poll(() => viewer.disconnects, { timeout: 10_000 }).toBeGreaterThan(0);
+    const stored = async (): Promise<number[]> => (await app.db.query<{ id: string }>(`SELECT id FROM metrics WHERE name = 'train_loss' ORDER BY id`)).map((r) => Number(r.id));
+    await expect.poll(async () => viewer.ids().length >= (await stored()).length, { timeout: 15_000 }).toBe(true);
+    const ids = await stored();
+    expect(viewer.ids().slice(0, ids.length)).toEqual(ids);
+    console.log(`restart: the viewer holds ${viewer.ids().length} losses after ${viewer.updates} updates, ${viewer.disconnects} disconnect(s), ${viewer.gaps()} gap(s) backfilled`);
+    viewer.close();
 
     const { values, reports, microbatches } = await lossReports(app);
     expect(reports).toBe(microbatches);

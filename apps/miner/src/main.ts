@@ -89,6 +89,8 @@ if (count > 1) {
   });
   const startedAt = performance.now();
   await miner.start();
+  // Started by a coordinator that fills empty stages (server/src/local-miners.ts): it learns who this is.
+  process.send?.({ registered: miner.registration!.minerId });
   if (payout) {
     // Linked once per start: the link is the coordinator's to keep, across reconnections.
     linkPayout(values.coordinator, identity, payout.address, payout.signRaw).then(

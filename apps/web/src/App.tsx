@@ -1,11 +1,12 @@
 import { lazy, Suspense } from 'react';
 import { BrowserRouter, Link, NavLink, Outlet, Route, Routes } from 'react-router';
-import { DashboardPage } from './DashboardPage';
 import { TrainPage } from './TrainPage';
 import { TabProvider, useTabContext } from './tab/TabContext';
 
-// The wallet libraries (@polkadot/*) and the Merkle proofs load only when the Rewards page is opened.
+// The wallet libraries (@polkadot/*) and the Merkle proofs load only when the Rewards page is opened;
+// the chart and the live feed only when the Dashboard is.
 const RewardsPage = lazy(() => import('./rewards/RewardsPage').then((m) => ({ default: m.RewardsPage })));
+const DashboardPage = lazy(() => import('./dashboard/DashboardPage').then((m) => ({ default: m.DashboardPage })));
 
 /** The pages' addresses: each can be bookmarked; the coordinator serves index.html for all of them. */
 export const PATHS = { train: '/', rewards: '/rewards', dashboard: '/dashboard' } as const;
@@ -46,7 +47,7 @@ function NotFound() {
     <main>
       <h1>Page not found</h1>
       <p className="lede">
-        Nothing lives at this address. Go to <Link to={PATHS.train}>Train</Link> or <Link to={PATHS.rewards}>Rewards</Link>.
+        Nothing lives at this address. Go to <Link to={PATHS.train}>Train</Link>, <Link to={PATHS.dashboard}>Dashboard</Link> or <Link to={PATHS.rewards}>Rewards</Link>.
       </p>
     </main>
   );

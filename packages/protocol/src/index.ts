@@ -2,3 +2,4 @@ export * from './frames';
 export * from './identity';
 export * from './messages';
 export * from './rewards';
+export * from './dashboard';

@@ -17,7 +17,7 @@ export const MAX_SOCKET_MESSAGE_BYTES = 64 * 1024;
 export const MAX_EVENT_BYTES: Record<string, number> = {
   hello: 1024,
   register: 2048,
-  heartbeat: 256,
+  heartbeat: 1024,
   signal: 40 * 1024,
   receipt: 1024,
   loss: 4096,
@@ -51,7 +51,26 @@ export const ClientEvents = {
     },
     { additionalProperties: false },
   ),
-  heartbeat: Type.Object({ v: Version, seq: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+  /** I am alive; with what the miner is doing now, for the dashboard (its own word: shown, never paid for). */
+  heartbeat: Type.Object(
+    {
+      v: Version,
+      seq: Type.Integer({ minimum: 0 }),
+      status: Type.Optional(
+        Type.Object(
+          {
+            phase: Type.Union(['registering', 'downloading', 'waiting', 'training', 'merging', 'idle', 'stopped'].map((p) => Type.Literal(p))),
+            why: Type.Optional(Type.String({ maxLength: 200 })),
+            /** Tokens this miner processed per second, lately. */
+            tokensPerSec: Type.Number({ minimum: 0, maximum: 1e7 }),
+            microbatches: Type.Integer({ minimum: 0, maximum: INT4_MAX }),
+          },
+          { additionalProperties: false },
+        ),
+      ),
+    },
+    { additionalProperties: false },
+  ),
   /** WebRTC signaling, signed by the sender over { to, kind, payload, seq }. */
   signal: Type.Object(
     {

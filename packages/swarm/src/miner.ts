@@ -80,6 +80,8 @@ export interface MinerStatus {
   resumedFrom?: string;
   /** The validator flagged this miner: it is out of the pipeline and earns nothing (the reason, as recorded). */
   flagged?: { kind: string; reason: string };
+  /** Stages nobody holds now (the run cannot train until each has a miner). */
+  emptyStages: number[];
 }
 
 /** The validator asks for a payload of a sampled microbatch (see server/src/validator/spot-checks.ts). */
@@ -194,6 +196,18 @@ export class Miner {
       ...(this.progress ? { progress: this.progress } : {}),
       ...(this.resumedFrom ? { resumedFrom: this.resumedFrom } : {}),
       ...(this.flagged ? { flagged: this.flagged } : {}),
+      emptyStages: r ? Array.from({ length: r.layout.stages }, (_, i) => i).filter((i) => (map[i] ?? []).length === 0) : [],
+    };
+  }
+
+  /** What the dashboard shows of this miner (sent with each heartbeat). */
+  private heartbeatStatus(): { phase: MinerPhase; why?: string; tokensPerSec: number; microbatches: number } {
+    const s = this.status;
+    return {
+      phase: s.phase,
+      ...(s.why ? { why: s.why.slice(0, 200) } : {}),
+      tokensPerSec: Math.min(1e7, Math.max(0, Number.isFinite(s.tokensPerSec) ? s.tokensPerSec : 0)),
+      microbatches: Math.min(2 ** 31 - 1, s.microbatches),
     };
   }
 
@@ -274,7 +288,7 @@ export class Miner {
     // Every later connection (automatic reconnection, or ours below) registers again.
     socket.on('connect', () => void this.rejoin(socket));
     let seq = 0;
-    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++ }), this.o.heartbeatMs ?? 2000);
+    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++, status: this.heartbeatStatus() }), this.o.heartbeatMs ?? 2000);
     // Rebalancing: the coordinator moved this miner to a stage that had emptied.
     socket.on('reassigned', (m: { stage: number }) => {
       if (Number.isInteger(m?.stage) && m.stage !== this.registration?.stage) void this.takeStage(m.stage);

@@ -1,5 +1,8 @@
+import { DASHBOARD_BOUNDS, sane } from '@train-at-home/protocol';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
+import type { LocalMiners } from '../local-miners';
+import { bigramLoss } from '../dashboard/snapshot';
 import { answerBadRequests, integer, limit, optionalMatching, page, type Query } from './query';
 
 /** Metric series the API serves, by the name they are stored under. */
@@ -37,13 +40,14 @@ const roundStage = (raw: string | null): [number, number] | [null, null] => {
  * checkpoints. Every list is paged: `limit` and a cursor the response names
  * (`nextAfter`, `nextBefore`…); a malformed parameter is a 400 BAD_REQUEST.
  */
-export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = async (app, { coordinator }) => {
+export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator; localMiners?: LocalMiners }> = async (app, { coordinator, localMiners }) => {
   const { db, runId } = coordinator;
   answerBadRequests(app);
 
   app.get('/api/status', async () => {
     const [{ count }] = (await db.query<{ count: number }>(`SELECT count(*)::int AS count FROM miners WHERE run_id = $1 AND status = 'active'`, [runId])) as [{ count: number }];
-    return { run: coordinator.run, activeMiners: count, database: db.kind };
+    // Whether this coordinator starts miners of its own for stages nobody holds (a tab that waits says so).
+    return { run: coordinator.run, activeMiners: count, database: db.kind, localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 } };
   });
   app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));
 
@@ -68,7 +72,7 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = as
       counts[key] = c?.n ?? 0;
       latest[key] = last ? point(last) : null;
     }
-    return { counts, latest };
+    return { counts, latest, bigramLoss: (await bigramLoss(coordinator)) ?? null };
   });
 
   /** One series, oldest first, after a point (`after`, an id): a chart backfills from where it stopped. */
@@ -82,7 +86,8 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = as
       [runId, name, after, n + 1],
     );
     const { rows: points, more } = page(rows.map(point), n);
-    return { series: name, points, nextAfter: more ? points[points.length - 1]!.id : null };
+    // A value out of bounds is never shown (the cursor still moves past it).
+    return { series: name, points: points.filter((p) => sane(p.value, DASHBOARD_BOUNDS.loss) !== undefined), nextAfter: more ? points[points.length - 1]!.id : null };
   });
 
   /** Merge rounds, oldest first (`after` a "round:stage" cursor), and merge events (`eventsAfter` an id). */

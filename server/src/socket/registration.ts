@@ -139,9 +139,10 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       await coordinator.broadcastStageMap();
     });
 
-    handle('heartbeat', async (_msg, ack) => {
+    handle('heartbeat', async (msg, ack) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
       await coordinator.db.query('UPDATE miners SET last_seen_at = now() WHERE id = $1', [state.minerId]);
+      if (msg.status) coordinator.live.report(state.minerId, msg.status);
       ack({ ok: true });
     });
 
@@ -213,6 +214,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
         [coordinator.runId, msg.epoch, msg.activationId, msg.direction, msg.from, msg.to, state.minerId, msg.bytes, msg.payloadHash, arrived],
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this transfer was already confirmed by this miner');
+      if (msg.to === state.minerId && held.stage !== undefined) coordinator.live.transfer(msg.direction, held.stage, msg.bytes);
       ack({ ok: true });
     });
 

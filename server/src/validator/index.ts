@@ -39,6 +39,11 @@ export class Validator {
     if (blobs.some((b) => !b)) return undefined;
     const result = await this.process.request<{ heldOutLoss: number; bigramLoss: number }>({ kind: 'evaluate', blobs: blobs.map((b) => b!.data) });
     await this.c.db.query(`INSERT INTO metrics (run_id, epoch, name, value) VALUES ($1, 0, 'heldout_loss', $2)`, [this.c.runId, result.heldOutLoss]);
+    // The bigram baseline of the same held-out text is the dashboard's reference line: stored once.
+    await this.c.db.query(
+      `INSERT INTO metrics (run_id, epoch, name, value) SELECT $1::int, 0, 'bigram_loss', $2::double precision WHERE NOT EXISTS (SELECT 1 FROM metrics WHERE run_id = $1 AND name = 'bigram_loss')`,
+      [this.c.runId, result.bigramLoss],
+    );
     return { ...result, rounds: blobs.map((b) => b!.epoch) };
   }
 

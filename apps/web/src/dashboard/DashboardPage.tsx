@@ -1,0 +1,79 @@
+import type { DashboardSample } from '@train-at-home/protocol';
+import { IncentivesPanel } from './IncentivesPanel';
+import { LossChart } from './LossChart';
+import { SwarmPanel } from './SwarmPanel';
+import { useDashboard } from './useDashboard';
+
+function Sample({ sample, latest }: { sample: DashboardSample; latest?: boolean }) {
+  return (
+    <figure className={latest ? 'sample latest' : 'sample'} data-testid={latest ? 'sample' : undefined}>
+      <blockquote>
+        <strong>{sample.prompt}</strong>
+        {sample.text}
+      </blockquote>
+      <figcaption className="hint">
+        after round{new Set(sample.rounds).size === 1 ? ` ${sample.rounds[0]}` : `s ${sample.rounds.join(', ')}`} of the stages
+        {sample.heldOutLoss !== null && <>, held-out loss {sample.heldOutLoss.toFixed(3)}</>} · {new Date(sample.at).toLocaleTimeString()}
+      </figcaption>
+    </figure>
+  );
+}
+
+/**
+ * The run, live, for anyone: loss over time or microbatches with the bigram
+ * baseline, the swarm, the incentives, and what the model writes now.
+ */
+export function DashboardPage() {
+  const { state, series } = useDashboard();
+  const train = series.train_loss;
+  const held = series.heldout_loss;
+  const lastTrain = train.points[train.points.length - 1];
+  const lastHeld = held.points[held.points.length - 1];
+  return (
+    <main className="wide">
+      <header>
+        <h1>Dashboard</h1>
+        <p className="lede" data-testid="run-line">
+          {state.run ? (
+            <>
+              Run <strong>{state.run.name}</strong>: {state.run.preset}, {state.run.stages} stages, boundary {state.run.bottleneck}
+              {state.run.int8 ? ' int8' : ''}.{' '}
+            </>
+          ) : (
+            'Reading the run… '
+          )}
+          <span className={`connection ${state.connection}`} data-testid="connection" data-state={state.connection}>
+            {state.connection === 'live' ? '● live' : state.connection === 'reconnecting' ? '○ reconnecting…' : '○ connecting…'}
+          </span>
+        </p>
+        {state.error && <p className="error">{state.error}</p>}
+      </header>
+      <section className="card">
+        <h2>
+          Loss{' '}
+          <span className="hint">
+            {lastTrain && <>train {lastTrain.value.toFixed(3)}</>}
+            {lastHeld && <> · held-out {lastHeld.value.toFixed(3)}</>}
+            {state.bigramLoss !== undefined && <> · bigram baseline {state.bigramLoss.toFixed(3)}</>}
+          </span>
+        </h2>
+        <LossChart train={train} held={held} bigram={state.bigramLoss} version={state.version} />
+      </section>
+      <section className="card" data-testid="samples">
+        <h2>What the model writes now</h2>
+        {state.samples.length === 0 ? (
+          <p className="hint">After the stages' next merge the validator assembles the model and writes a continuation of a fixed prompt here.</p>
+        ) : (
+          <>
+            <Sample sample={state.samples[0]!} latest />
+            {state.samples.slice(1, 4).map((s) => (
+              <Sample key={s.id} sample={s} />
+            ))}
+          </>
+        )}
+      </section>
+      <SwarmPanel swarm={state.swarm} />
+      <IncentivesPanel settledEpoch={state.settledEpoch} />
+    </main>
+  );
+}

@@ -1,0 +1,109 @@
+import type { DashboardSwarm } from '@train-at-home/protocol';
+import { bytes, short } from '../format';
+
+const rate = (n: number, unit: string): string => `${n < 10 ? n.toFixed(1) : n.toFixed(0)} ${unit}/s`;
+const seconds = (ms: number | null): string => (ms === null ? 'running' : `${(ms / 1000).toFixed(1)} s`);
+
+/** Stages with their miners (backend, tokens/s, state and why), traffic between stages, bytes, merges. */
+export function SwarmPanel({ swarm }: { swarm?: DashboardSwarm }) {
+  if (!swarm) return <section className="card">Reading the swarm…</section>;
+  const { traffic } = swarm;
+  const ratio = traffic.bytes > 0 ? traffic.uncompressedBytes / traffic.bytes : undefined;
+  const miners = swarm.stages.reduce((n, s) => n + s.miners.length, 0);
+  return (
+    <section className="card" data-testid="swarm">
+      <h2>
+        The swarm: {miners} miner{miners === 1 ? '' : 's'} over {swarm.stages.length} stages
+      </h2>
+      <div className="stages">
+        {swarm.stages.map((s) => (
+          <div className="stage" key={s.stage} data-testid={`stage-${s.stage}`}>
+            <h3>
+              Stage {s.stage + 1} <span className="hint">{s.phase === 'merging' ? `merging round ${s.round}` : `round ${s.round}`}</span>
+            </h3>
+            {s.miners.length === 0 ? (
+              <p className="why">Nobody holds this stage: the pipeline waits for a miner.</p>
+            ) : (
+              <div className="scroll">
+                <table className="miners">
+                  <thead>
+                    <tr>
+                      <th>miner</th>
+                      <th>backend</th>
+                      <th>tokens/s</th>
+                      <th>state</th>
+                    </tr>
+                  </thead>
+                  <tbody>
+                    {s.miners.map((m) => (
+                      <tr key={m.id} data-testid="miner" data-state={m.state}>
+                        <td className="mono" title={m.id}>
+                          {short(m.id, 4)}
+                        </td>
+                        <td>{m.backend}</td>
+                        <td className="amount">{m.tokensPerSec !== undefined ? m.tokensPerSec.toFixed(0) : '—'}</td>
+                        <td>
+                          {m.state}
+                          {m.why && <div className="hint">{m.why}</div>}
+                        </td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )}
+          </div>
+        ))}
+      </div>
+      <h3>Between stages</h3>
+      <ul className="boundaries">
+        {swarm.boundaries.map((b) => (
+          <li key={b.from} data-testid="boundary">
+            {b.from + 1} → {b.to + 1}: {rate(b.activationsPerSec, 'activations')}, {rate(b.gradientsPerSec, 'gradients')} back, {bytes(Math.round(b.bytesPerSec))}/s
+          </li>
+        ))}
+      </ul>
+      <dl className="grid">
+        <dt>Sent between miners</dt>
+        <dd data-testid="bytes-sent">{bytes(traffic.bytes)}</dd>
+        <dt>Saved by compression</dt>
+        <dd data-testid="bytes-saved">
+          {ratio !== undefined ? `${bytes(traffic.savedBytes)} (${ratio.toFixed(1)}× fewer bytes than fp32)` : '—'}
+        </dd>
+        <dt>Peer to peer / relayed</dt>
+        <dd data-testid="relayed">
+          {bytes(Math.max(0, traffic.bytes - traffic.relayedBytes))} / {bytes(traffic.relayedBytes)} (signaling {bytes(traffic.signalBytes)})
+        </dd>
+      </dl>
+      <h3>Merge rounds</h3>
+      {swarm.merges.length === 0 ? (
+        <p className="hint">No stage has merged yet.</p>
+      ) : (
+        <div className="scroll">
+          <table className="merges" data-testid="merges">
+            <thead>
+              <tr>
+                <th>stage</th>
+                <th>round</th>
+                <th>mode</th>
+                <th>replicas</th>
+                <th>took</th>
+              </tr>
+            </thead>
+            <tbody>
+              {swarm.merges.map((m) => (
+                <tr key={`${m.stage}:${m.round}`}>
+                  <td>{m.stage + 1}</td>
+                  <td>{m.round}</td>
+                  <td>{m.mode ?? '—'}</td>
+                  <td>{m.participants}</td>
+                  <td>{seconds(m.durationMs)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}

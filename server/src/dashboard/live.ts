@@ -1,0 +1,92 @@
+import type { ClientMessage } from '@train-at-home/protocol';
+
+/** What a miner says it is doing (its heartbeat's status): shown on the dashboard, never paid for. */
+export interface MinerReport {
+  phase: string;
+  why?: string;
+  tokensPerSec: number;
+  microbatches: number;
+  /** When it said so (ms since epoch). */
+  at: number;
+}
+
+/** Seconds of history the rates are taken over. */
+export const RATE_WINDOW_S = 10;
+
+/** Counts per whole second over the last RATE_WINDOW_S seconds. */
+class RateWindow {
+  private readonly buckets = new Map<number, number>();
+
+  add(n: number, nowMs: number): void {
+    const s = Math.floor(nowMs / 1000);
+    this.buckets.set(s, (this.buckets.get(s) ?? 0) + n);
+    for (const k of this.buckets.keys()) if (k <= s - RATE_WINDOW_S) this.buckets.delete(k);
+  }
+
+  /** Per second, over the window's complete seconds. */
+  perSecond(nowMs: number): number {
+    const s = Math.floor(nowMs / 1000);
+    let total = 0;
+    for (const [k, n] of this.buckets) if (k < s && k >= s - RATE_WINDOW_S) total += n;
+    return total / RATE_WINDOW_S;
+  }
+}
+
+interface Boundary {
+  activations: RateWindow;
+  gradients: RateWindow;
+  bytes: RateWindow;
+}
+
+/**
+ * The run as it moves, kept in memory for the dashboard: each miner's own
+ * report of its state (heartbeats), and the transfers receivers confirmed,
+ * per stage boundary (rates) and in total (bytes on the wire against what the
+ * same tensors would have cost uncompressed). Lost on a restart; the
+ * dashboard's history (losses, merges, settlements) lives in the database.
+ */
+export class LiveState {
+  readonly miners = new Map<string, MinerReport>();
+  private readonly boundaries: Boundary[];
+  /** Bytes of confirmed transfers (peer to peer or relayed), and what fp32 boundary tensors of the same shape would have been. */
+  readonly totals = { transfers: 0, bytes: 0, uncompressedBytes: 0 };
+
+  constructor(
+    stages: number,
+    /** Bytes of one microbatch's boundary tensor in fp32 (rows × width × 4): what an uncompressed transfer would carry. */
+    private readonly uncompressedTransferBytes: number,
+  ) {
+    this.boundaries = Array.from({ length: Math.max(0, stages - 1) }, () => ({ activations: new RateWindow(), gradients: new RateWindow(), bytes: new RateWindow() }));
+  }
+
+  report(minerId: string, status: NonNullable<ClientMessage<'heartbeat'>['status']>, nowMs = Date.now()): void {
+    this.miners.set(minerId, { ...status, at: nowMs });
+  }
+
+  forget(minerId: string): void {
+    this.miners.delete(minerId);
+  }
+
+  /** A transfer its receiver confirmed; `receiverStage` is the stage of the miner that got it. */
+  transfer(direction: 'activation' | 'gradient', receiverStage: number, bytes: number, nowMs = Date.now()): void {
+    // An activation crosses boundary s-1 → s into its receiver; a gradient crosses s → s+1 back into it.
+    const b = this.boundaries[direction === 'activation' ? receiverStage - 1 : receiverStage];
+    if (!b) return;
+    (direction === 'activation' ? b.activations : b.gradients).add(1, nowMs);
+    b.bytes.add(bytes, nowMs);
+    this.totals.transfers++;
+    this.totals.bytes += bytes;
+    this.totals.uncompressedBytes += this.uncompressedTransferBytes;
+  }
+
+  /** Per boundary: activations and gradients per second, and bytes per second both ways. */
+  rates(nowMs = Date.now()): Array<{ from: number; to: number; activationsPerSec: number; gradientsPerSec: number; bytesPerSec: number }> {
+    return this.boundaries.map((b, i) => ({
+      from: i,
+      to: i + 1,
+      activationsPerSec: b.activations.perSecond(nowMs),
+      gradientsPerSec: b.gradients.perSecond(nowMs),
+      bytesPerSec: b.bytes.perSecond(nowMs),
+    }));
+  }
+}
