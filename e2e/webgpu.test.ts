@@ -28,6 +28,15 @@ describe('a tab on WebGPU', () => {
     await expect.poll(async () => (await gpuTab.getByTestId('kernel-check').count()) && gpuTab.getByTestId('kernel-check').getAttribute('data-ok'), { timeout: 120_000, interval: 1000 }).toBe('true');
     expect(await gpuTab.getByTestId('kernel-check').textContent()).toMatch(/byte-identical/);
 
+    // Alone in a 2-stage run, the tab waits, and says how many more participants are needed and how to add them
+    // (this coordinator starts no miners of its own).
+    await expect.poll(async () => (await gpuTab.getByTestId('waiting-help').count()) && gpuTab.getByTestId('waiting-help').getAttribute('data-needed'), { timeout: 120_000, interval: 1000 }).toBe('1');
+    const help = (await gpuTab.getByTestId('waiting-help').textContent()) ?? '';
+    expect(help).toMatch(/This run has 2 stages and one has nobody yet \(stage 2\): 1 more participant is needed/);
+    expect(help).toMatch(new RegExp(`open ${url.replace(/[.]/g, '\\.')} in another tab .* npm run miner -- --coordinator`));
+    expect(help).not.toMatch(/starts miners of its own/);
+    await screenshot(gpuTab, 'waiting-tab.png');
+
     // A WASM tab takes the other stage; the WebGPU tab's microbatches complete forward and backward.
     const wasmTab = await openTab(browsers[1]!.context, url);
     await expect.poll(async () => (await app.coordinator.stageMap()).map((s: { miners: unknown[] }) => s.miners.length), { timeout: 60_000 }).toEqual([1, 1]);

@@ -4,6 +4,10 @@
  *   npm run coordinator -- --port 8080 --preset small --stages 3
  * --domain (or TAH_DOMAIN) is what wallets sign for in payout links and claims:
  * the host name people open (train.example.org); by default localhost:PORT.
+ * --local-miners N (or TAH_LOCAL_MINERS): while someone else is in the run and a
+ * stage has nobody, start up to N headless miners on this machine to fill it
+ * (local-miners.ts); by default one per stage, so one tab alone trains.
+ * A hosted coordinator, whose stages are held by its visitors, sets 0.
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -20,9 +24,16 @@ const { values } = parseArgs({
     bottleneck: { type: 'string' },
     run: { type: 'string', default: 'default' },
     domain: { type: 'string', default: process.env.TAH_DOMAIN },
+    'local-miners': { type: 'string', default: process.env.TAH_LOCAL_MINERS ?? 'auto' },
     'data-dir': { type: 'string', default: fileURLToPath(new URL('../../db/coordinator', import.meta.url)) },
   },
 });
+
+const localMiners = values['local-miners'] === 'auto' ? 'auto' : Number(values['local-miners']);
+if (localMiners !== 'auto' && (!Number.isSafeInteger(localMiners) || localMiners < 0)) {
+  console.error(`--local-miners must be a whole number or auto, not ${values['local-miners']}`);
+  process.exit(2);
+}
 
 const app = await buildApp({
   logger: true,
@@ -38,6 +49,10 @@ const app = await buildApp({
   database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },
 });
 await app.fastify.listen({ port: Number(values.port), host: values.host });
+// Local miners reach this coordinator on this machine.
+const { port } = app.fastify.server.address() as { port: number };
+// By default one per stage of the run (the stored run's layout wins over --stages).
+app.localMiners.start(`http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     app.close().then(() => process.exit(0), () => process.exit(1));

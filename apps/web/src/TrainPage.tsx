@@ -25,8 +25,8 @@ function Progress({ label, done, total }: { label: string; done: number; total: 
   );
 }
 
-/** The run as the coordinator reports it: its name, model, miners and latest held-out loss. */
-function useRun(): { name?: string; preset?: string; stages?: number; miners?: number; heldOut?: number } {
+/** The run as the coordinator reports it: its name, model, miners, latest held-out loss, and whether it starts miners of its own. */
+function useRun(): { name?: string; preset?: string; stages?: number; miners?: number; heldOut?: number; localMiners?: number } {
   const [run, setRun] = useState<ReturnType<typeof useRun>>({});
   useEffect(() => {
     let stop = false;
@@ -34,7 +34,7 @@ function useRun(): { name?: string; preset?: string; stages?: number; miners?: n
       try {
         const [status, metrics] = await Promise.all([fetch('/api/status').then((r) => r.json()), fetch('/api/metrics').then((r) => r.json())]);
         const held = (metrics.latest?.heldOutLoss ?? null) as { value: number } | null;
-        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, heldOut: held?.value });
+        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, heldOut: held?.value, localMiners: status.localMiners?.max });
       } catch {
         // the coordinator is away; the tab keeps training and the worker reconnects
       }
@@ -86,7 +86,34 @@ function useEarnings(minerId: string | undefined): Earnings | undefined {
   return earnings;
 }
 
-function Status({ tab }: { tab: TabState }) {
+const list = (xs: string[]): string => (xs.length <= 1 ? (xs[0] ?? '') : `${xs.slice(0, -1).join(', ')} and ${xs[xs.length - 1]}`);
+
+/**
+ * A tab that waits because stages have nobody: how many more participants the
+ * run needs, and how to add them (or that the coordinator is starting its own).
+ */
+function WaitingHelp({ empty, stages, localMiners }: { empty: number[]; stages: number; localMiners?: number }) {
+  const origin = window.location.origin;
+  const n = empty.length;
+  return (
+    <div className="waiting-help card" data-testid="waiting-help" data-needed={n}>
+      <p>
+        This run has {stages} stages and {n === 1 ? 'one has' : `${n} have`} nobody yet (stage{n === 1 ? '' : 's'} {list(empty.map((i) => String(i + 1)))}):{' '}
+        <strong>
+          {n} more participant{n === 1 ? ' is' : 's are'} needed
+        </strong>{' '}
+        before it can train.
+      </p>
+      {localMiners !== undefined && localMiners > 0 && <p>This coordinator starts miners of its own for empty stages; they join in a few seconds.</p>}
+      <p>
+        To add one yourself, open <a href={origin}>{origin}</a> in another tab or on another computer and press Join, or run{' '}
+        <code>npm run miner -- --coordinator {origin}</code> in a checkout of Train at Home.
+      </p>
+    </div>
+  );
+}
+
+function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> }) {
   const s = tab.status;
   const earnings = useEarnings(s?.minerId);
   const phase = s?.phase ?? (tab.probing || !tab.probe ? 'probing' : 'registering');
@@ -97,6 +124,7 @@ function Status({ tab }: { tab: TabState }) {
         This tab: <span data-testid="phase" data-phase={phase}>{phase === 'probing' ? 'Measuring this device' : PHASE_TEXT[phase]}</span>
       </h2>
       {s?.why && <p className="why" data-testid="why">{s.why}</p>}
+      {s?.phase === 'waiting' && s.emptyStages.length > 0 && s.stages !== undefined && <WaitingHelp empty={s.emptyStages} stages={s.stages} localMiners={run.localMiners} />}
       {tab.probing && <Progress label={`Trying ${tab.probing.backend}`} done={tab.probing.done} total={tab.probing.total} />}
       {s?.progress && <Progress {...s.progress} />}
       <dl className="grid">
@@ -223,7 +251,7 @@ export function TrainPage() {
           {tab.error}
         </p>
       )}
-      {tab.joined && <Status tab={tab} />}
+      {tab.joined && <Status tab={tab} run={run} />}
       <Backend tab={tab} />
       {tab.notices.length > 0 && (
         <section className="card log">
