@@ -111,10 +111,14 @@ export class PeerMesh {
     try {
       await this.connect(peerId);
     } catch (e) {
-      if (!this.options.relay) throw e;
-      // No direct path: from now on this peer is reached through the coordinator.
-      this.relayed.add(peerId);
-      return this.sendRelayed(peerId, header, payload);
+      if (this.options.relay) {
+        // No direct path: from now on this peer is reached through the coordinator.
+        this.relayed.add(peerId);
+        return this.sendRelayed(peerId, header, payload);
+      }
+      // With no relay to fall back on, one more attempt in a new session: ICE checks can fail once
+      // on a busy machine or a flaky link.
+      await this.connect(peerId).catch(() => Promise.reject(e));
     }
     const link = this.links.get(peerId);
     if (!link) throw new MeshError(`connection to ${peerId} closed`);
