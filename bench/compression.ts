@@ -1,29 +1,37 @@
 /**
- * The compression frontier: bytes per token per stage boundary against
- * held-out loss, for bottleneck widths b ∈ {d, d/4, d/16, d/32, d/64}, int8
- * on and off, same seed and token budget.
+ * The compression frontier: bytes per token crossing a stage boundary, in
+ * each direction (activations forward, their gradients back), against
+ * held-out loss, for bottleneck widths and boundary codecs (codec.ts), each
+ * trained from the same seed on the same tokens as an uncompressed control
+ * (fp32 at full width).
  *
- *   npm run bench:compression              (all 10 points, one worker per core)
- *   npm run bench:compression -- --steps 40 (a shorter budget, stated in the output)
+ *   npm run bench:compression                  (every point, one worker per core)
+ *   npm run bench:compression -- --steps 150   (a shorter budget, stated in the output)
  *
- * Budget (documented reduction): the `small` preset's width (d = 256), heads
- * and vocabulary (4096), with 4 layers and context 64 instead of 6 and 128, in
- * 2 stages (one boundary), 150 steps of 16 × 64 tokens (153,600 tokens) per
- * point. The full `small` preset at a meaningful budget takes hours per point
- * on this machine's CPU.
+ * Budget (documented reduction, the same as the first frontier's): the
+ * `small` preset's width (d = 256), heads and vocabulary (4096), with 4
+ * layers and context 64 instead of 6 and 128, in 2 stages (one boundary);
+ * 600 steps of 16 × 64 tokens = 614,400 tokens per point, 4× the first
+ * frontier's 153,600. The full `small` preset at that budget takes hours per
+ * point on this machine's CPU.
+ *
+ * A deflated codec ('…z') is lossless over its plain twin: one run gives both
+ * points (the same held-out loss; the plain one's bytes are its exact frame
+ * size). Stochastic rounding applies to gradients only (activations are
+ * rounded to the nearest), seeded per step, so a replay reproduces it.
  */
 import { spawn } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { PRESETS } from '@train-at-home/model';
+import { PRESETS, encodedBytes, type Precision } from '@train-at-home/model';
 import { runLocalTraining } from '@train-at-home/model/node';
 import { RESULTS_DIR, finish, machine, writeChartPng, writeCsv } from './lib';
 
 const { values } = parseArgs({
   options: {
     point: { type: 'string' },
-    steps: { type: 'string', default: '150' },
+    steps: { type: 'string', default: '600' },
     batch: { type: 'string', default: '16' },
     lr: { type: 'string', default: '0.003' },
   },
@@ -33,104 +41,157 @@ const batchSize = Number(values.batch);
 const peakLr = Number(values.lr);
 const overrides = { nLayer: 4, contextLength: 64 };
 const d = PRESETS.small.dModel;
+const SEED = 7;
 
-interface Point {
+interface Setting {
   b: number;
-  int8: boolean;
-  heldOutLoss: number;
-  bytesPerToken: number;
-  tokensPerSec: number;
-  backend: string;
+  codec: Precision;
+  rounding: 'nearest' | 'stochastic';
 }
 
-async function runPoint(b: number, int8: boolean): Promise<Point> {
-  const r = await runLocalTraining({ preset: 'small', configOverrides: overrides, stages: 2, bottleneck: b, int8, steps, batchSize, peakLr, seed: 7 });
+interface Run extends Setting {
+  heldOutLoss: number;
+  forwardBytesPerToken: number;
+  backwardBytesPerToken: number;
+  tokensPerSec: number;
+  backend: string;
+  evaluations: Array<{ tokens: number; heldOutLoss: number }>;
+}
+
+async function runPoint(s: Setting): Promise<Run> {
+  const r = await runLocalTraining({
+    preset: 'small',
+    configOverrides: overrides,
+    stages: 2,
+    bottleneck: s.b,
+    int8: s.codec !== 'fp32',
+    codec: s.codec,
+    gradientRounding: s.rounding,
+    steps,
+    batchSize,
+    peakLr,
+    seed: SEED,
+    evalEvery: Math.max(50, Math.round(steps / 4)),
+  });
   return {
-    b,
-    int8,
+    ...s,
     heldOutLoss: r.heldOutLoss,
-    // Forward activations + backward gradients, as encoded frames, per token, for the one boundary.
-    bytesPerToken: (r.wire.forwardBytes + r.wire.backwardBytes) / r.wire.tokens,
+    // As encoded frames, per token, for the one boundary, each direction.
+    forwardBytesPerToken: r.wire.forwardBytes / r.wire.tokens,
+    backwardBytesPerToken: r.wire.backwardBytes / r.wire.tokens,
     tokensPerSec: r.tokensPerSec,
     backend: r.backend,
+    evaluations: r.evaluations.map((e) => ({ tokens: e.tokens, heldOutLoss: e.heldOutLoss })),
   };
 }
 
 if (values.point) {
   // Worker mode: one point, printed as JSON for the parent.
-  const [b, int8] = values.point.split(',');
-  console.log(JSON.stringify(await runPoint(Number(b), int8 === 'int8')));
+  const [b, codec, rounding] = values.point.split(',');
+  console.log(JSON.stringify(await runPoint({ b: Number(b), codec: codec as Precision, rounding: rounding as Setting['rounding'] })));
   process.exit(0);
 }
 
-const settings = [d, d / 4, d / 16, d / 32, d / 64].flatMap((b) => [
-  { b, int8: false },
-  { b, int8: true },
-]);
+const settings: Setting[] = [
+  { b: d, codec: 'fp32', rounding: 'nearest' }, // the control
+  { b: 16, codec: 'int8', rounding: 'nearest' },
+  { b: 8, codec: 'int8', rounding: 'nearest' }, // the first frontier's best within 5%
+  { b: 16, codec: 'q6g4z', rounding: 'nearest' },
+  { b: 8, codec: 'q8g16z', rounding: 'nearest' },
+  { b: 8, codec: 'q6g4z', rounding: 'nearest' },
+  { b: 8, codec: 'q4g4z', rounding: 'nearest' },
+  { b: 8, codec: 'q4g4z', rounding: 'stochastic' },
+];
 const workers = Math.max(1, Math.min(availableParallelism(), settings.length));
-console.log(`compression frontier: ${settings.length} points, ${steps} steps × ${batchSize} × ${overrides.contextLength} tokens each, ${workers} workers`);
-const results: Point[] = [];
+const tokensPerPoint = steps * batchSize * overrides.contextLength;
+console.log(`compression frontier: ${settings.length} runs, ${steps} steps × ${batchSize} × ${overrides.contextLength} = ${tokensPerPoint} tokens each, ${workers} workers`);
+const runs: Run[] = [];
 const queue = [...settings];
 await Promise.all(
   Array.from({ length: workers }, async () => {
     for (let s = queue.shift(); s; s = queue.shift()) {
-      const args = ['tsx', 'bench/compression.ts', '--point', `${s.b},${s.int8 ? 'int8' : 'fp32'}`, '--steps', String(steps), '--batch', String(batchSize), '--lr', String(peakLr)];
+      const args = ['tsx', 'bench/compression.ts', '--point', `${s.b},${s.codec},${s.rounding}`, '--steps', String(steps), '--batch', String(batchSize), '--lr', String(peakLr)];
       const out = await new Promise<string>((resolve, reject) => {
         const child = spawn('npx', args, { stdio: ['ignore', 'pipe', 'inherit'] });
         let text = '';
         child.stdout.on('data', (c) => (text += c));
-        child.on('exit', (code) => (code === 0 ? resolve(text) : reject(new Error(`point ${s.b}/${s.int8} exited ${code}`))));
+        child.on('exit', (code) => (code === 0 ? resolve(text) : reject(new Error(`point ${s.b}/${s.codec} exited ${code}`))));
       });
-      const point = JSON.parse(out.trim().split('\n').pop()!) as Point;
-      console.log(`b=${point.b} ${point.int8 ? 'int8' : 'fp32'}: held-out ${point.heldOutLoss.toFixed(4)}, ${point.bytesPerToken.toFixed(1)} B/token, ${point.tokensPerSec.toFixed(0)} tok/s`);
-      results.push(point);
+      const run = JSON.parse(out.trim().split('\n').pop()!) as Run;
+      console.log(`b=${run.b} ${run.codec}${run.rounding === 'stochastic' ? ' (stochastic gradients)' : ''}: held-out ${run.heldOutLoss.toFixed(4)}, ${run.forwardBytesPerToken.toFixed(2)} + ${run.backwardBytesPerToken.toFixed(2)} B/token, ${run.tokensPerSec.toFixed(0)} tok/s`);
+      runs.push(run);
     }
   }),
 );
 
-const baseline = results.find((p) => p.b === d && !p.int8)!;
+const control = runs.find((r) => r.codec === 'fp32' && r.b === d)!;
 // fp32 at full width: 4·d bytes per token forward and again backward.
-const uncompressedBytes = 2 * 4 * d;
-const points = settings.map(({ b, int8 }) => {
-  const p = results.find((r) => r.b === b && r.int8 === int8)!;
-  return {
-    b,
-    int8,
-    ratio: uncompressedBytes / p.bytesPerToken,
-    lossRatio: p.heldOutLoss / baseline.heldOutLoss,
-    heldOutLoss: p.heldOutLoss,
-    bytesPerToken: p.bytesPerToken,
-  };
-});
-const within = points.filter((p) => p.lossRatio <= 1.05);
-const maxRatioWithin5pct = Math.max(...within.map((p) => p.ratio));
+const uncompressedPerDirection = 4 * d;
+const rows = batchSize * overrides.contextLength;
+/** Per token, one direction, of a codec's frame without deflate (exact). */
+const plainBytesPerToken = (b: number, codec: Precision): number => encodedBytes(rows, b, codec) / rows;
+
+const points = runs
+  .filter((r) => r !== control)
+  .flatMap((r) => {
+    const variant = `${r.codec}${r.rounding === 'stochastic' ? '+sr' : ''}`;
+    const at = (codec: string, fwd: number, bwd: number) => ({
+      label: `b=${r.b} ${codec}`,
+      b: r.b,
+      codec,
+      rounding: r.rounding,
+      forwardBytesPerToken: +fwd.toFixed(3),
+      backwardBytesPerToken: +bwd.toFixed(3),
+      ratio: +((2 * uncompressedPerDirection) / (fwd + bwd)).toFixed(2),
+      heldOutLoss: +r.heldOutLoss.toFixed(4),
+      penalty: +(r.heldOutLoss / control.heldOutLoss - 1).toFixed(4),
+    });
+    const measured = at(variant, r.forwardBytesPerToken, r.backwardBytesPerToken);
+    if (!r.codec.endsWith('z')) return [measured];
+    // The same run without deflate: same codes, so the same loss; its frames' exact size.
+    const plain = r.codec.slice(0, -1) as Precision;
+    const p = plainBytesPerToken(r.b, plain);
+    return [measured, at(`${plain}${r.rounding === 'stochastic' ? '+sr' : ''}`, p, p)];
+  });
+const within = (pct: number) => points.filter((p) => p.penalty <= pct);
+const best = (pct: number) => within(pct).sort((a, b) => b.ratio - a.ratio)[0];
 
 writeCsv(join(RESULTS_DIR, 'compression.csv'), points);
 await writeChartPng(join(RESULTS_DIR, 'compression.png'), {
   $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
-  title: `Compression frontier (d=${d}, ${steps * batchSize * overrides.contextLength} tokens per point)`,
-  width: 520,
-  height: 320,
-  data: { values: points.map((p) => ({ ...p, codec: p.int8 ? 'bottleneck + int8' : 'bottleneck, fp32', label: `b=${p.b}` })) },
+  title: `Compression frontier (d=${d}, ${tokensPerPoint.toLocaleString('en')} tokens per point, both directions)`,
+  width: 560,
+  height: 340,
+  data: { values: points.map((p) => ({ ...p, family: p.codec.replace(/\+sr$/, ' + stochastic gradients') })) },
   layer: [
-    { mark: { type: 'rule', strokeDash: [4, 4], color: 'gray' }, encoding: { y: { datum: 1.05 } } },
+    { mark: { type: 'rule', strokeDash: [4, 4], color: 'gray' }, encoding: { y: { datum: 0.05 } } },
+    { mark: { type: 'rule', strokeDash: [2, 2], color: 'lightgray' }, encoding: { y: { datum: 0.02 } } },
+    { mark: { type: 'rule', strokeDash: [4, 4], color: 'gray' }, encoding: { x: { datum: 128 } } },
     {
-      mark: { type: 'line', point: true },
+      mark: { type: 'point', filled: true, size: 70 },
       encoding: {
-        x: { field: 'ratio', type: 'quantitative', scale: { type: 'log' }, title: 'bytes reduction vs fp32 uncompressed (×, log)' },
-        y: { field: 'lossRatio', type: 'quantitative', scale: { zero: false }, title: 'held-out loss ÷ uncompressed' },
-        color: { field: 'codec', type: 'nominal' },
+        x: { field: 'ratio', type: 'quantitative', scale: { type: 'log' }, title: 'fewer bytes than fp32 at full width, both directions (×, log)' },
+        y: { field: 'penalty', type: 'quantitative', axis: { format: '%' }, title: 'held-out loss penalty vs the uncompressed control' },
+        color: { field: 'family', type: 'nominal', title: 'codec' },
       },
     },
-    { mark: { type: 'text', dy: -10, fontSize: 10 }, encoding: { x: { field: 'ratio', type: 'quantitative' }, y: { field: 'lossRatio', type: 'quantitative' }, text: { field: 'label' } } },
+    { mark: { type: 'text', dy: -10, fontSize: 9 }, encoding: { x: { field: 'ratio', type: 'quantitative' }, y: { field: 'penalty', type: 'quantitative' }, text: { field: 'label' } } },
   ],
 });
 
+const b5 = best(0.05);
+const b2 = best(0.02);
 finish('compression', {
-  maxRatioWithin5pct,
-  points: points.map(({ b, int8, ratio, lossRatio }) => ({ b, int8, ratio: +ratio.toFixed(2), lossRatio: +lossRatio.toFixed(4) })),
-  uncompressedHeldOutLoss: baseline.heldOutLoss,
-  localTrainerTokensPerSec: Math.round(baseline.tokensPerSec),
-  budget: { preset: 'small', overrides, stages: 2, steps, batchSize, tokensPerPoint: steps * batchSize * overrides.contextLength, peakLr, seed: 7, note: 'reduced budget: small width/vocab, 4 layers, context 64' },
-  machine: machine(results[0]!.backend),
+  maxRatioWithin5pct: b5?.ratio ?? null,
+  pointWithin5pct: b5?.label ?? null,
+  maxRatioWithin2pct: b2?.ratio ?? null,
+  pointWithin2pct: b2?.label ?? null,
+  bytesPerTokenForward: b5?.forwardBytesPerToken ?? null,
+  bytesPerTokenBackward: b5?.backwardBytesPerToken ?? null,
+  controlHeldOutLoss: +control.heldOutLoss.toFixed(4),
+  uncompressedBytesPerTokenPerDirection: uncompressedPerDirection,
+  points,
+  runs: runs.map((r) => ({ b: r.b, codec: r.codec, rounding: r.rounding, heldOutLoss: +r.heldOutLoss.toFixed(4), evaluations: r.evaluations, tokensPerSec: Math.round(r.tokensPerSec) })),
+  budget: { preset: 'small', overrides, stages: 2, steps, batchSize, tokensPerPoint, peakLr, seed: SEED, note: 'reduced: small width/vocab/heads, 4 layers, context 64; 4x the first frontier\'s tokens per point' },
+  machine: machine(runs[0]!.backend),
 });

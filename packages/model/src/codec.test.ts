@@ -1,6 +1,9 @@
+import { deflateSync } from 'fflate';
 import { describe, expect, it } from 'vitest';
 import {
   CODEC_HEADER_BYTES,
+  QUANT_BITS,
+  type Precision,
   CodecError,
   bf16RoundUp,
   decodeBoundary,
@@ -170,5 +173,103 @@ describe('boundary frames', () => {
       if (i % 2 === 0 && bytes.length >= 16) new DataView(bytes.buffer).setUint32(0, 0x43484154, true); // valid magic, random rest
       expect(() => decodeBoundary(bytes)).toThrow(CodecError);
     }
+  });
+});
+
+describe('grouped low-bit codecs (version 2 frames)', () => {
+  const rows = 64;
+  const cols = 8;
+  // Rows of different magnitudes, as gradients have.
+  const data = randomMatrix(rows, cols, 11, (r) => 10 ** ((r % 5) - 3));
+  const relRms = (a: Float32Array, b: Float32Array): number => {
+    let err = 0;
+    let norm = 0;
+    for (let i = 0; i < a.length; i++) {
+      err += (a[i]! - b[i]!) ** 2;
+      norm += b[i]! ** 2;
+    }
+    return Math.sqrt(err / norm);
+  };
+
+  it('round-trip every value within half a step of its group (scale = group max / qmax), at the size they state', () => {
+    for (const bits of QUANT_BITS) {
+      for (const group of [1, 4, 16]) {
+        for (const z of ['', 'z']) {
+          const name = `q${bits}g${group}${z}` as Precision;
+          const bytes = encodeBoundary({ rows, cols, data }, name);
+          if (!z) expect(bytes.length, name).toBe(CODEC_HEADER_BYTES + Math.ceil(rows / group) * 2 + Math.ceil((rows * cols * bits) / 8));
+          const out = decodeBoundary(bytes, { rows, cols, precision: name });
+          expect(out.precision).toBe(name);
+          const qmax = 2 ** (bits - 1) - 1;
+          for (let g = 0; g < rows / group; g++) {
+            let max = 0;
+            for (let i = g * group * cols; i < (g + 1) * group * cols; i++) max = Math.max(max, Math.abs(data[i]!));
+            const step = bf16RoundUp(max / qmax);
+            for (let i = g * group * cols; i < (g + 1) * group * cols; i++) expect(Math.abs(out.data[i]! - data[i]!), `${name} value ${i}`).toBeLessThanOrEqual(step / 2 + 1e-30);
+          }
+        }
+      }
+    }
+  });
+
+  it('state their error: relative RMS on Gaussian-like rows, by bits', () => {
+    const g = randomMatrix(512, 16, 12);
+    const err = (name: Precision): number => relRms(decodeBoundary(encodeBoundary({ rows: 512, cols: 16, data: g }, name)).data, g);
+    expect(err('q8g1')).toBeLessThan(0.005);
+    expect(err('q6g4')).toBeLessThan(0.02);
+    expect(err('q4g16')).toBeLessThan(0.09);
+    // Deflate is lossless: the same values as without it.
+    expect(Array.from(decodeBoundary(encodeBoundary({ rows: 512, cols: 16, data: g }, 'q4g16z')).data)).toEqual(Array.from(decodeBoundary(encodeBoundary({ rows: 512, cols: 16, data: g }, 'q4g16')).data));
+  });
+
+  it('round stochastically without bias, reproducibly from a seed', () => {
+    const one = Float32Array.from({ length: 4096 }, (_, i) => (i === 0 ? 7 : 0.3)); // scale 1 at 4 bits: 0.3 → 0 or 1
+    const a = decodeBoundary(encodeBoundary({ rows: 1, cols: 4096, data: one }, 'q4g1', { rounding: 'stochastic', seed: 5 })).data;
+    const mean = a.slice(1).reduce((s, v) => s + v, 0) / 4095;
+    expect(Math.abs(mean - 0.3)).toBeLessThan(0.03);
+    expect(Array.from(decodeBoundary(encodeBoundary({ rows: 1, cols: 4096, data: one }, 'q4g1', { rounding: 'stochastic', seed: 5 })).data)).toEqual(Array.from(a));
+    expect(new Set(decodeBoundary(encodeBoundary({ rows: 1, cols: 4096, data: one }, 'q4g1')).data.slice(1)).size).toBe(1); // nearest: all 0
+  });
+
+  it('refuse a non-finite value at the sender, by name, in every codec (NaN too)', () => {
+    for (const name of ['fp32', 'int8', 'q8g1', 'q6g4', 'q4g16z'] as Precision[]) {
+      for (const bad of [NaN, Infinity, -Infinity]) {
+        const x = data.slice();
+        x[17] = bad;
+        expectCodecError(() => encodeBoundary({ rows, cols, data: x }, name), 'NON_FINITE');
+      }
+    }
+  });
+
+  it('name every bad frame: unknown codec, truncated, codes out of range, set padding, non-finite scales, a body that inflates wrong', () => {
+    const bytes = encodeBoundary({ rows, cols, data }, 'q4g4');
+    const mutate = (offset: number, value: number): Uint8Array => {
+      const copy = bytes.slice();
+      copy[offset] = value;
+      return copy;
+    };
+    expectCodecError(() => decodeBoundary(mutate(5, 9)), 'BAD_PRECISION'); // unknown kind
+    expectCodecError(() => decodeBoundary(mutate(6, 5)), 'BAD_PRECISION'); // 5 bits: no such codec
+    expectCodecError(() => decodeBoundary(mutate(7, 0)), 'BAD_PRECISION'); // group 0
+    expectCodecError(() => decodeBoundary(mutate(7, 200)), 'BAD_PRECISION');
+    expectCodecError(() => decodeBoundary(bytes, { precision: 'q6g4' }), 'BAD_PRECISION'); // the run uses another codec
+    expectCodecError(() => decodeBoundary(bytes, { precision: 'int8' }), 'BAD_PRECISION');
+    for (let n = 0; n < bytes.length; n++) expect(() => decodeBoundary(bytes.slice(0, n)), `cut at ${n}`).toThrow(CodecError);
+    const codes = CODEC_HEADER_BYTES + (rows / 4) * 2;
+    expectCodecError(() => decodeBoundary(mutate(codes, 0xff)), 'OUT_OF_RANGE'); // code 15 > 14
+    const scale = bytes.slice();
+    new DataView(scale.buffer).setUint16(CODEC_HEADER_BYTES, 0x7fc0, true); // bf16 NaN
+    expectCodecError(() => decodeBoundary(scale), 'NON_FINITE');
+    // 6-bit codes of 64 × 8 values end on a byte; 3 × 3 of them do not: their padding must be zero.
+    const odd = encodeBoundary({ rows: 3, cols: 3, data: Float32Array.from({ length: 9 }, (_, i) => i - 4) }, 'q6g1');
+    odd[odd.length - 1]! |= 0x80;
+    expectCodecError(() => decodeBoundary(odd), 'BAD_HEADER');
+    // Deflated: garbage, and a body that inflates to more than the shape holds (never allocated whole).
+    const z = encodeBoundary({ rows, cols, data }, 'q4g4z');
+    const garbage = z.slice();
+    garbage.fill(0xff, CODEC_HEADER_BYTES);
+    expect(() => decodeBoundary(garbage)).toThrow(CodecError);
+    const bomb = new Uint8Array([...z.subarray(0, CODEC_HEADER_BYTES), ...deflateSync(new Uint8Array(10 * 1024 * 1024))]);
+    expect(() => decodeBoundary(bomb)).toThrow(CodecError);
   });
 });

@@ -1,3 +1,5 @@
+import { parseCodec, type Precision } from './codec';
+
 /** The transformer's shape. Plain data: it travels in run configuration and checkpoints. */
 export interface ModelConfig {
   vocabSize: number;
@@ -15,8 +17,15 @@ export interface RunLayout {
   stages: number;
   /** Width of the boundary tensor (b); b = d means no bottleneck projection. */
   bottleneck: number;
-  /** Quantize boundary tensors (activations and their gradients) to int8 with per-row scales. */
+  /** Quantize boundary tensors (activations and their gradients) to int8 with per-row scales (when no `codec` is named). */
   int8: boolean;
+  /** The boundary codec of both directions (codec.ts: 'fp32', 'int8', 'q<bits>g<group>[z]'); absent: int8 or fp32, as `int8` says. */
+  codec?: Precision;
+}
+
+/** The codec a layout's boundaries use, both directions. */
+export function boundaryCodec(layout: RunLayout): Precision {
+  return layout.codec ?? (layout.int8 ? 'int8' : 'fp32');
 }
 
 export const PRESETS = {
@@ -40,6 +49,13 @@ export function validateConfig(config: ModelConfig, layout: RunLayout): void {
   if (config.dModel % config.nHead !== 0) throw new ConfigError(`dModel ${config.dModel} is not divisible by nHead ${config.nHead}`);
   if (layout.stages > config.nLayer) throw new ConfigError(`${layout.stages} stages need at least as many layers (${config.nLayer})`);
   if (layout.bottleneck > config.dModel) throw new ConfigError(`bottleneck ${layout.bottleneck} exceeds dModel ${config.dModel}`);
+  if (layout.codec !== undefined) {
+    try {
+      parseCodec(layout.codec);
+    } catch (e) {
+      throw new ConfigError((e as Error).message);
+    }
+  }
 }
 
 /** What one stage holds: its blocks and whether it has the embedding, the head, and bottleneck ends. */

@@ -1,5 +1,5 @@
 import * as tf from '@tensorflow/tfjs';
-import { stageSpecs, type ModelConfig, type RunLayout } from './config';
+import { boundaryCodec, stageSpecs, type ModelConfig, type RunLayout } from './config';
 import { decodeBoundary, encodeBoundary, type Precision } from './codec';
 import type { TokenBatch } from './data/sampler';
 import { AdamW, clipByGlobalNorm, cosineSchedule, type AdamWOptions } from './optim';
@@ -15,6 +15,8 @@ export interface LocalTrainerOptions {
   minLrRatio?: number;
   clipNorm?: number;
   adamw?: AdamWOptions;
+  /** How gradients are rounded to their codes (activations always to the nearest); stochastic is seeded per step and stage. */
+  gradientRounding?: 'nearest' | 'stochastic';
 }
 
 /** Bytes that crossed stage boundaries, as encoded frames. */
@@ -43,14 +45,15 @@ export class LocalTrainer {
   constructor(readonly options: LocalTrainerOptions) {
     this.stages = stageSpecs(options.config, options.layout).map((spec) => new Stage(spec, options.seed));
     this.optimizers = this.stages.map((s) => new AdamW(s.params, s.specs, options.adamw));
-    this.precision = options.layout.int8 ? 'int8' : 'fp32';
+    this.precision = boundaryCodec(options.layout);
     this.lr = cosineSchedule({ peakLr: options.peakLr, warmupSteps: options.warmupSteps, totalSteps: options.totalSteps, minRatio: options.minLrRatio });
   }
 
   /** Sends a boundary tensor through the codec, as a peer would receive it. */
-  private cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes' | 'evaluation'): tf.Tensor2D {
+  private cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes' | 'evaluation', boundary = 0): tf.Tensor2D {
     const [rows, cols] = t.shape as [number, number];
-    const bytes = encodeBoundary({ rows, cols, data: t.dataSync() as Float32Array }, this.precision);
+    const stochastic = direction === 'backwardBytes' && this.options.gradientRounding === 'stochastic';
+    const bytes = encodeBoundary({ rows, cols, data: t.dataSync() as Float32Array }, this.precision, stochastic ? { rounding: 'stochastic', seed: this.step * 64 + boundary } : {});
     // Training traffic only: evaluation runs where the model is, it is not sent between miners.
     if (direction !== 'evaluation') this.wire[direction] += bytes.length;
     const decoded = decodeBoundary(bytes, { rows, cols, precision: this.precision });
@@ -83,7 +86,7 @@ export class LocalTrainer {
       const result = this.stages[s]!.backward(inputs[s]!, outputGrad);
       outputGrad?.dispose();
       if (result.loss !== undefined) loss = result.loss;
-      outputGrad = result.inputGrad ? this.cross(result.inputGrad, 'backwardBytes') : undefined;
+      outputGrad = result.inputGrad ? this.cross(result.inputGrad, 'backwardBytes', s) : undefined;
       result.inputGrad?.dispose();
       const clipped = clipByGlobalNorm(result.grads, this.options.clipNorm ?? 1);
       gradNorms[s] = clipped.norm.dataSync()[0]!;

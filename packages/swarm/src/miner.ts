@@ -1,4 +1,4 @@
-import { BatchSampler, PRESETS, Stage, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { BatchSampler, PRESETS, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
 import { PROTOCOL_VERSION, verifySignature, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { OuterOptimizer } from './allreduce/outer';
@@ -272,7 +272,7 @@ export class Miner {
     this.registration = registration;
     this.stageRound = registration.rounds?.[registration.stage] ?? 0;
     const { minerId, stage, layout } = registration;
-    log(`registered as ${minerId.slice(0, 8)}…, stage ${stage} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}${layout.int8 ? ', int8' : ''})`);
+    log(`registered as ${minerId.slice(0, 8)}…, stage ${stage} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}, ${boundaryCodec(layout)})`);
 
     const meshOptions: MeshOptions = {
       selfId: minerId,

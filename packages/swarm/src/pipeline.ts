@@ -1,6 +1,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   AdamW,
+  boundaryCodec,
   clipByGlobalNorm,
   cosineSchedule,
   decodeBoundary,
@@ -154,7 +155,7 @@ export class PipelineWorker {
   constructor(private readonly o: PipelineWorkerOptions) {
     this.optimizer = new AdamW(o.stage.params, o.stage.specs);
     this.lr = cosineSchedule({ peakLr: o.peakLr, warmupSteps: o.warmupSteps, totalSteps: o.totalSteps });
-    this.precision = o.stage.spec.layout.int8 ? 'int8' : 'fp32';
+    this.precision = boundaryCodec(o.stage.spec.layout);
     o.mesh.onMessage((from, message) => {
       if (this.disposed || message.kind === 'partition') return; // a replaced worker hears nothing; partitions are the merge's
       this.queue = this.queue.then(() => this.handle(from, message)).catch((e: unknown) => this.reject(from, (e as Error).message));

@@ -1,3 +1,4 @@
+import { boundaryCodec } from '@train-at-home/model';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
 import type { DashboardFeed } from '../dashboard/feed';
@@ -20,7 +21,7 @@ export const dashboardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; fee
   app.get('/api/dashboard', async () => {
     const [swarm, latest, bigram, settled, cursors] = await Promise.all([swarmSnapshot(coordinator), samples(coordinator, 1), bigramLoss(coordinator), latestSettled(coordinator), lastIds(coordinator)]);
     return {
-      run: { name: coordinator.run.name, preset: coordinator.run.preset, stages: coordinator.run.stages, bottleneck: coordinator.run.bottleneck, int8: coordinator.run.int8 },
+      run: { name: coordinator.run.name, preset: coordinator.run.preset, stages: coordinator.run.stages, bottleneck: coordinator.run.bottleneck, codec: boundaryCodec(coordinator.run) },
       pushMs: feed.pushMs,
       swarm,
       sample: latest[0] ?? null,

@@ -5,6 +5,7 @@ import {
   PRESETS,
   Stage,
   bigramBaseline,
+  boundaryCodec,
   contentHash,
   decodeBoundary,
   encodeBoundary,
@@ -85,7 +86,7 @@ export class ValidatorCompute {
     private readonly evalBatches = 8,
   ) {
     this.specs = stageSpecs(PRESETS[run.preset], run);
-    this.precision = run.int8 ? 'int8' : 'fp32';
+    this.precision = boundaryCodec(run);
   }
 
   async init(): Promise<void> {

@@ -36,8 +36,7 @@ export function DashboardPage() {
         <p className="lede" data-testid="run-line">
           {state.run ? (
             <>
-              Run <strong>{state.run.name}</strong>: {state.run.preset}, {state.run.stages} stages, boundary {state.run.bottleneck}
-              {state.run.int8 ? ' int8' : ''}.{' '}
+              Run <strong>{state.run.name}</strong>: {state.run.preset}, {state.run.stages} stages, boundary {state.run.bottleneck} wide, {state.run.codec}.{' '}
             </>
           ) : (
             'Reading the run… '

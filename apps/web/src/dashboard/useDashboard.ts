@@ -10,7 +10,7 @@ export interface RunInfo {
   preset: string;
   stages: number;
   bottleneck: number;
-  int8: boolean;
+  codec: string;
 }
 
 export interface DashboardState {

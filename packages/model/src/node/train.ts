@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { bigramBaseline } from '../bigram';
+import type { Precision } from '../codec';
 import { PRESETS, type ModelConfig, type PresetName, type RunLayout } from '../config';
 import { BatchSampler, evaluationBatches } from '../data/sampler';
 import { LocalTrainer, type WireStats } from '../trainer';
@@ -16,6 +17,9 @@ export interface LocalRunOptions {
   /** Boundary width b; defaults to dModel (no bottleneck). */
   bottleneck?: number;
   int8: boolean;
+  /** The boundary codec (codec.ts); absent: int8 or fp32 as `int8` says. */
+  codec?: Precision;
+  gradientRounding?: 'nearest' | 'stochastic';
   steps: number;
   batchSize: number;
   peakLr: number;
@@ -49,7 +53,7 @@ export async function runLocalTraining(o: LocalRunOptions): Promise<LocalRunResu
   prepareData({ outDir: DATA_DIR, vocabSize: preset.vocabSize, log });
   const data = loadDataset(join(DATA_DIR, datasetName(preset.vocabSize)));
   const config: ModelConfig = { ...preset, ...o.configOverrides, vocabSize: data.manifest.vocabSize };
-  const layout: RunLayout = { stages: o.stages, bottleneck: o.bottleneck ?? config.dModel, int8: o.int8 };
+  const layout: RunLayout = { stages: o.stages, bottleneck: o.bottleneck ?? config.dModel, int8: o.int8, ...(o.codec ? { codec: o.codec } : {}) };
   const bigram = bigramBaseline(data.train, data.heldOut, config.vocabSize);
   log(`bigram baseline (held-out): ${bigram.loss.toFixed(4)} nats/token`);
 
@@ -62,6 +66,7 @@ export async function runLocalTraining(o: LocalRunOptions): Promise<LocalRunResu
     // Short warm-ups (5 steps) leave a small model permanently worse at these learning rates.
     warmupSteps: o.warmupSteps ?? Math.max(20, Math.round(o.steps / 20)),
     totalSteps: o.steps,
+    gradientRounding: o.gradientRounding,
   });
   const sampler = new BatchSampler(data.train, o.batchSize, config.contextLength, seed + 1);
   const evalSet = evaluationBatches(data.heldOut, o.batchSize, config.contextLength, o.evalBatches ?? 8);

@@ -67,8 +67,8 @@ export function dequantizeRowsGPU(codes: tf.Tensor2D, cols: number): tf.Tensor2D
 /**
  * The int8 frame of x, equal byte for byte to
  * `encodeBoundary({ rows, cols, data: await x.data() }, 'int8')`, including
- * its CodecErrors (BAD_SHAPE; NON_FINITE for the first row holding ±Infinity;
- * NaNs quantize to 0 as they do there). Only the packed codes come off the
+ * its CodecErrors (BAD_SHAPE; NON_FINITE for the first row holding ±Infinity
+ * or NaN). Only the packed codes come off the
  * GPU: rows·(4 + 4·ceil(cols/4)) bytes instead of rows·cols·4.
  */
 export async function encodeBoundaryGPU(x: tf.Tensor2D): Promise<Uint8Array> {

@@ -32,7 +32,8 @@
  * not):
  *
  * - max|x| is an integer max over the sign-cleared bit patterns (monotone in
- *   magnitude). NaNs are skipped, as codec.ts's `a > max` skips them.
+ *   magnitude). A NaN counts as infinite: its row's scale is non-finite and
+ *   the frame is refused, as codec.ts refuses it (NON_FINITE).
  * - scale: codec.ts computes max/127 in float64, rounds it to float32
  *   (nearest-even, subnormals included), then rounds up to bfloat16. Float64
  *   division rounded to float32 equals the correctly rounded float32
@@ -161,10 +162,11 @@ export class QuantizeRowsProgram implements WebGPUProgram {
   ${SCALE_PARTS_WGSL}
   ${tieTableWGSL()}
 
-  // |x| as bits, monotone in magnitude; NaN counts as 0 (codec.ts's max skips NaN).
+  // |x| as bits, monotone in magnitude; NaN counts as infinite, so its row's scale is
+  // non-finite and the frame is refused (NON_FINITE), as codec.ts refuses it.
   fn tahAbsBits(i : i32) -> u32 {
     let a = bitcast<u32>(x[i]) & 0x7fffffffu;
-    return select(a, 0u, a > TAH_INF_BITS);
+    return min(a, TAH_INF_BITS);
   }
 
   // float32 bits of bf16RoundUp(RN32(max / 127)), max given by its bits.
