@@ -14,7 +14,8 @@
 import { PRESETS, paramSpecs, stageSpecs } from '@train-at-home/model';
 import { MemoryNetwork, encodedBytes, type AllReducePrecision } from '@train-at-home/swarm';
 import { join } from 'node:path';
-import { RESULTS_DIR, finish, machine, writeChartPng, writeCsv } from './lib';
+import { writeChartPng, writeCsv } from './charts';
+import { RESULTS_DIR, finish, machine } from './lib';
 
 const layout = { stages: 3, bottleneck: 64, int8: true };
 const specs = stageSpecs(PRESETS.small, layout);

@@ -26,7 +26,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { PRESETS, encodedBytes, type Precision } from '@train-at-home/model';
 import { runLocalTraining } from '@train-at-home/model/node';
-import { RESULTS_DIR, finish, machine, writeChartPng, writeCsv } from './lib';
+import { writeChartPng, writeCsv } from './charts';
+import { RESULTS_DIR, finish, machine } from './lib';
 
 const { values } = parseArgs({
   options: {

@@ -2,9 +2,11 @@
  * Trains the model locally: all stages in this process, every boundary tensor
  * through the real codec, loss printed as it goes, held-out loss at the end.
  *   npm run train -- --preset small --stages 3 --bottleneck 64 --steps 2000
+ *   … --codec q6g4z (a boundary codec of codec.ts; default int8, --fp32 for none)
+ *   … --backend webgpu (WebGPU through Dawn; WASM when no adapter, saying why)
  */
 import { parseArgs } from 'node:util';
-import { PRESETS, type PresetName } from '@train-at-home/model';
+import { PRESETS, type BackendName, type Precision, type PresetName } from '@train-at-home/model';
 import { runLocalTraining } from '@train-at-home/model/node';
 
 const { values } = parseArgs({
@@ -19,6 +21,8 @@ const { values } = parseArgs({
     warmup: { type: 'string' },
     'eval-every': { type: 'string', default: '100' },
     seed: { type: 'string', default: '1' },
+    codec: { type: 'string' },
+    backend: { type: 'string', default: 'wasm' },
   },
 });
 const preset = values.preset as PresetName;
@@ -28,6 +32,8 @@ const result = await runLocalTraining({
   stages: Number(values.stages),
   bottleneck: values.bottleneck ? Number(values.bottleneck) : PRESETS[preset].dModel / 4,
   int8: !values.fp32,
+  ...(values.codec ? { codec: values.codec as Precision } : {}),
+  backend: values.backend as BackendName,
   steps: Number(values.steps),
   batchSize: Number(values.batch),
   peakLr: Number(values.lr),

@@ -3,6 +3,7 @@
  *   npm run miner -- --coordinator http://localhost:8080            one miner
  *   npm run miner -- --coordinator http://localhost:8080 --count 6  six miners, one process each
  *   … --payout-address <ss58> --payout-key-file <path>                  earnings go to a wallet
+ *   … --backend webgpu                                                   on the GPU through Dawn (WASM when there is no adapter, saying why)
  * The key file holds the wallet's mnemonic or secret URI (never on the command
  * line); after registering, the miner links its earnings to the address, signed
  * by the wallet and by the miner (docs/rewards-api.md).
@@ -14,7 +15,8 @@ import { parseArgs } from 'node:util';
 import wrtc from '@roamhq/wrtc';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { cryptoReady, generateIdentity } from '@train-at-home/protocol';
-import { linkPayout, Miner } from '@train-at-home/swarm';
+import type { BackendName } from '@train-at-home/model';
+import { linkPayout, Miner, type BoundaryDeviceCodec } from '@train-at-home/swarm';
 import { loadPayoutKey, PayoutKeyError, type PayoutKey } from './payout';
 
 const { values } = parseArgs({
@@ -27,8 +29,13 @@ const { values } = parseArgs({
     'data-seed': { type: 'string' },
     'payout-address': { type: 'string' },
     'payout-key-file': { type: 'string' },
+    backend: { type: 'string', default: 'wasm' },
   },
 });
+if (!['webgpu', 'wasm', 'cpu'].includes(values.backend!)) {
+  console.error(`--backend is webgpu, wasm or cpu, not ${values.backend}`);
+  process.exit(2);
+}
 const count = Number(values.count);
 const payout = await payoutKey();
 
@@ -53,7 +60,7 @@ if (count > 1) {
   // One process per miner: each trains on its own core's worth of time.
   const self = fileURLToPath(import.meta.url);
   const children: ChildProcess[] = [];
-  const passOn = ['--coordinator', values.coordinator, '--in-flight', values['in-flight'], '--microbatch-timeout', values['microbatch-timeout'], ...(values.microbatches ? ['--microbatches', values.microbatches] : [])];
+  const passOn = ['--coordinator', values.coordinator, '--backend', values.backend!, '--in-flight', values['in-flight'], '--microbatch-timeout', values['microbatch-timeout'], ...(values.microbatches ? ['--microbatches', values.microbatches] : [])];
   // The key file's path, never its contents: each child reads the file itself.
   if (payout) passOn.push('--payout-address', payout.address, '--payout-key-file', values['payout-key-file']!);
   for (let i = 0; i < count; i++) {
@@ -65,7 +72,15 @@ if (count > 1) {
   process.once('SIGTERM', stopAll);
   await Promise.all(children.map((c) => new Promise((r) => c.once('exit', r))));
 } else {
-  const backend = await initNodeBackend();
+  const backend = await initNodeBackend(values.backend as BackendName, (line) => console.log(`[miner] ${line}`));
+  // On WebGPU, the boundary codec runs as the tab's WGSL kernels, once checked byte for byte against the JS codec.
+  let deviceCodec: BoundaryDeviceCodec | undefined;
+  if (backend === 'webgpu') {
+    const gpu = await import('@train-at-home/model/webgpu');
+    const check = await gpu.codecKernelCheck();
+    console.log(`[miner] WGSL codec kernels ${check.ok ? 'agree with' : 'differ from'} the JS codec (${check.ms.toFixed(0)} ms)`);
+    if (check.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
+  }
   await cryptoReady();
   const identity = generateIdentity();
   const log = (line: string): void => console.log(`[miner ${identity.address.slice(0, 6)}] ${line}`);
@@ -75,6 +90,7 @@ if (count > 1) {
     backend,
     tokensPerSec: 1000,
     wrtc,
+    deviceCodec,
     maxInFlight: Number(values['in-flight']),
     microbatchTimeoutMs: Number(values['microbatch-timeout']),
     maxMicrobatches: values.microbatches ? Number(values.microbatches) : undefined,
@@ -88,7 +104,18 @@ if (count > 1) {
     log,
   });
   const startedAt = performance.now();
-  await miner.start();
+  // The coordinator may not be up yet (or be restarting): say so plainly and try again.
+  for (;;) {
+    try {
+      await miner.start();
+      break;
+    } catch (e) {
+      const err = e as Error & { description?: { message?: string } };
+      console.error(`[miner] cannot register with ${values.coordinator}: ${err.description?.message ?? err.message}; trying again in 5 s`);
+      miner.stop();
+      await new Promise((r) => setTimeout(r, 5000));
+    }
+  }
   // Started by a coordinator that fills empty stages (server/src/local-miners.ts): it learns who this is.
   process.send?.({ registered: miner.registration!.minerId });
   if (payout) {

@@ -33,6 +33,13 @@ export const PRESETS = {
   tiny: { vocabSize: 320, contextLength: 64, nLayer: 3, nHead: 4, dModel: 128 },
   /** The default run: about 6.9 M parameters. */
   small: { vocabSize: 4096, contextLength: 128, nLayer: 6, nHead: 8, dModel: 256 },
+  /**
+   * For the GPUs people lend (WebGPU): GPT-2 small's shape (d = 768, 12 layers
+   * of 12 heads, context 256) with this project's 4096-token vocabulary,
+   * about 91.5 M parameters. In 4 stages each holds ~23 M (92 MB of fp32
+   * weights; with gradients and AdamW's moments ~370 MB), within a tab's GPU memory.
+   */
+  gpu: { vocabSize: 4096, contextLength: 256, nLayer: 12, nHead: 12, dModel: 768 },
 } as const satisfies Record<string, ModelConfig>;
 
 export type PresetName = keyof typeof PRESETS;

@@ -1,10 +1,20 @@
-import { PRESETS, WeightsError, checkStageWeights, contentHash, stageSpecs } from '@train-at-home/model';
+import { PRESETS, WeightsError, checkStageWeights, contentHash, paramSpecs, stageSpecs, type StageSpec } from '@train-at-home/model';
 import { verifySignature } from '@train-at-home/protocol';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Coordinator } from '../coordinator';
 
-/** Stage weights are at most this large (the `small` preset's largest stage is ~10 MB). */
-export const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;
+/** Room beyond a stage's fp32 values for the weights blob's header (names and shapes). */
+const HEADER_ROOM_BYTES = 1024 * 1024;
+
+/**
+ * The largest body a checkpoint upload of this run may have: its largest
+ * stage's weights in fp32 and their header (the `small` preset's largest
+ * stage is ~10 MB; a 4-stage `gpu` run's ~99 MB). Anything longer is refused
+ * from its content-length, unread.
+ */
+export function checkpointLimitBytes(specs: StageSpec[]): number {
+  return Math.max(...specs.map((s) => paramSpecs(s).reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0))) * 4 + HEADER_ROOM_BYTES;
+}
 /** Checkpoints kept per stage; older ones are deleted. */
 export const KEEP_CHECKPOINTS = 3;
 
@@ -20,8 +30,9 @@ function fail(reply: FastifyReply, status: number, code: string, message: string
 const MAX_INT4 = 2 ** 31 - 1;
 
 export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = async (app, { coordinator }) => {
-  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_CHECKPOINT_BYTES }, (_req, body, done) => done(null, body));
   const specs = stageSpecs(PRESETS[coordinator.run.preset], coordinator.run);
+  const maxBytes = checkpointLimitBytes(specs);
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: maxBytes }, (_req, body, done) => done(null, body));
 
   /** A stage index of this run from a path parameter (digits only), else undefined. */
   const stageOf = (raw: string): number | undefined => (/^(?:0|[1-9][0-9]{0,3})$/.test(raw) && Number(raw) < specs.length ? Number(raw) : undefined);
@@ -37,7 +48,7 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
     if (type !== 'application/octet-stream') return fail(reply, 415, 'BAD_CONTENT_TYPE', 'send the weights as application/octet-stream');
     const length = Number(req.headers['content-length'] ?? NaN);
     if (!Number.isSafeInteger(length) || length < 0) return fail(reply, 411, 'LENGTH_REQUIRED', 'say the body\'s content-length');
-    if (length > MAX_CHECKPOINT_BYTES) return fail(reply, 413, 'TOO_LARGE', `${length} bytes exceed ${MAX_CHECKPOINT_BYTES}`);
+    if (length > maxBytes) return fail(reply, 413, 'TOO_LARGE', `${length} bytes exceed ${maxBytes}`);
     const minerId = String(req.headers['x-miner-id'] ?? '');
     if (!/^[0-9a-f]{64}$/.test(minerId)) return fail(reply, 400, 'SCHEMA', 'x-miner-id (64 hex) is required');
     const [miner] = await coordinator.db.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
@@ -45,7 +56,7 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
     return undefined;
   };
 
-  app.put<{ Params: { stage: string } }>('/api/checkpoints/:stage', { bodyLimit: MAX_CHECKPOINT_BYTES, onRequest: beforeBody }, async (req, reply) => {
+  app.put<{ Params: { stage: string } }>('/api/checkpoints/:stage', { bodyLimit: maxBytes, onRequest: beforeBody }, async (req, reply) => {
     const stage = stageOf(req.params.stage)!;
     if (!(req.body instanceof Buffer)) return fail(reply, 415, 'BAD_CONTENT_TYPE', 'send the weights as application/octet-stream');
     const minerId = String(req.headers['x-miner-id']); // checked by beforeBody

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { bigramBaseline } from '../bigram';
+import type { BackendName } from '../backend';
 import type { Precision } from '../codec';
 import { PRESETS, type ModelConfig, type PresetName, type RunLayout } from '../config';
 import { BatchSampler, evaluationBatches } from '../data/sampler';
@@ -20,6 +21,8 @@ export interface LocalRunOptions {
   /** The boundary codec (codec.ts); absent: int8 or fp32 as `int8` says. */
   codec?: Precision;
   gradientRounding?: 'nearest' | 'stochastic';
+  /** 'webgpu' runs on a GPU through Dawn (falling back to WASM, saying why); default WASM. */
+  backend?: BackendName;
   steps: number;
   batchSize: number;
   peakLr: number;
@@ -48,7 +51,7 @@ export interface LocalRunResult {
 /** Trains one model on the prepared data, all stages in this process, and reports held-out loss. */
 export async function runLocalTraining(o: LocalRunOptions): Promise<LocalRunResult> {
   const log = o.log ?? (() => {});
-  const backend = await initNodeBackend();
+  const backend = await initNodeBackend(o.backend ?? 'wasm', log);
   const preset = PRESETS[o.preset];
   prepareData({ outDir: DATA_DIR, vocabSize: preset.vocabSize, log });
   const data = loadDataset(join(DATA_DIR, datasetName(preset.vocabSize)));
