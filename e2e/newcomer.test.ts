@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { PRESETS, encodedBytes, type Precision } from '@train-at-home/model';
+import { SMALL_BOUNDARY } from '../server/src/run-config';
 import { HOST, launchBrowser, screenshot, tabView } from './lib';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -33,7 +35,8 @@ afterAll(async () => {
  * (`npm start`: the default run, `small` on 3 stages, embedded database), the
  * page opened, Join pressed: one tab alone is training within two minutes,
  * because the coordinator fills the stages nobody holds with local headless
- * miners. The page fits a phone-sized screen.
+ * miners. Its boundaries use the default run's codec, and the page shows the
+ * compression it achieves. The page fits a phone-sized screen.
  */
 describe("a newcomer's first minutes", () => {
   it('npm start, open the page, press Join: the lone tab is training within two minutes', async () => {
@@ -49,7 +52,7 @@ describe("a newcomer's first minutes", () => {
         throw e;
       });
     const status = await (await fetch(`${url}/api/status`)).json();
-    expect(status.run).toMatchObject({ preset: 'small', stages: 3 });
+    expect(status.run).toMatchObject({ preset: 'small', stages: 3, bottleneck: SMALL_BOUNDARY.bottleneck, codec: SMALL_BOUNDARY.codec });
     expect(status.localMiners.max).toBe(3);
 
     browser = await launchBrowser();
@@ -75,6 +78,15 @@ describe("a newcomer's first minutes", () => {
     console.log(`e2e: a lone tab on a fresh coordinator is training ${seconds} s after Join; stages held by ${JSON.stringify(stages.map((s) => s.miners.length))}, ${after.localMiners.running} local miners`);
     expect(stages.every((s) => s.miners.length >= 1)).toBe(true);
     expect(after.localMiners.running).toBe(2);
+    // What the tab's boundary traffic saved against fp32 at full width. Each transfer carries at most the
+    // plain (undeflated) codec's frame, and an activation also the microbatch's target tokens (2 bytes each)
+    // and a header: the floor counts every transfer as an activation.
+    const { dModel, contextLength } = PRESETS.small;
+    const rows = (status.run.training.batchSize as number) * contextLength;
+    const plain = encodedBytes(rows, SMALL_BOUNDARY.bottleneck, SMALL_BOUNDARY.codec!.replace(/z$/, '') as Precision);
+    const floor = (rows * dModel * 4) / (plain + 2 * rows + 512);
+    await expect.poll(async () => Number((await tab.getByTestId('saved').getAttribute('data-ratio')) ?? 0), { timeout: 30_000 }).toBeGreaterThan(floor);
+    console.log(`e2e: the tab's boundaries carry ${await tab.getByTestId('saved').textContent()} (at least ${floor.toFixed(0)}× expected)`);
     await screenshot(tab, 'newcomer.png');
     // The page fits a phone-sized screen.
     await tab.setViewportSize({ width: 390, height: 844 });

@@ -2,6 +2,8 @@
  * The coordinator's command line: embedded PGlite under ./db/coordinator (outside ./data, which is served)
  * by default, a PostgreSQL server when DATABASE_URL is set.
  *   npm run coordinator -- --port 8080 --preset small --stages 3
+ * --bottleneck b and --codec (codec.ts: fp32, int8, q<bits>g<group>[z]) set the
+ * boundaries; by default `small` uses SMALL_BOUNDARY (run-config.ts), others d/4 int8.
  * --domain (or TAH_DOMAIN) is what wallets sign for in payout links and claims:
  * the host name people open (train.example.org); by default localhost:PORT.
  * --local-miners N (or TAH_LOCAL_MINERS): while someone else is in the run and a
@@ -11,7 +13,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { PresetName } from '@train-at-home/model';
+import type { PresetName, Precision } from '@train-at-home/model';
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 
@@ -22,6 +24,7 @@ const { values } = parseArgs({
     preset: { type: 'string', default: 'small' },
     stages: { type: 'string', default: '3' },
     bottleneck: { type: 'string' },
+    codec: { type: 'string' },
     run: { type: 'string', default: 'default' },
     domain: { type: 'string', default: process.env.TAH_DOMAIN },
     'local-miners': { type: 'string', default: process.env.TAH_LOCAL_MINERS ?? 'auto' },
@@ -44,6 +47,7 @@ const app = await buildApp({
     preset: values.preset as PresetName,
     stages: Number(values.stages),
     ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
+    ...(values.codec ? { codec: values.codec as Precision } : {}),
   },
   rewards: { domain: values.domain ?? `localhost:${values.port}` },
   database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },

@@ -8,29 +8,38 @@ import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
+import { SMALL_BOUNDARY } from './run-config';
 
 const config = PRESETS.tiny;
-const layout: RunLayout = { stages: 3, bottleneck: 32, int8: true };
 const schedule = { peakLr: 0.006, warmupSteps: 2, totalSteps: 4 };
 const SEED = 11;
 const BATCH = 4;
 
+// The int8 boundary at a quarter width, and the default run's boundary (SMALL_BOUNDARY: narrower, a grouped low-bit deflated codec).
+const layouts: Array<[string, RunLayout]> = [
+  ['b=32, int8', { stages: 3, bottleneck: 32, int8: true }],
+  [`the default run's boundary (b=${SMALL_BOUNDARY.bottleneck}, ${SMALL_BOUNDARY.codec})`, { stages: 3, ...SMALL_BOUNDARY }],
+];
+
 let app: App;
+let layout: RunLayout;
 const sockets: Socket[] = [];
 const cleanups: Array<() => void> = [];
 
 beforeAll(async () => {
   await initNodeBackend();
   prepareData({ outDir: DATA_DIR, vocabSize: config.vocabSize });
-  app = await buildApp({
-    database: await testDatabase(), run: { name: 'pipeline', preset: 'tiny', ...layout } });
+});
+async function startRun(l: RunLayout): Promise<void> {
+  layout = l;
+  app = await buildApp({ database: await testDatabase(), run: { name: 'pipeline', preset: 'tiny', ...layout } });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });
-});
-afterAll(async () => {
-  cleanups.forEach((c) => c());
-  sockets.forEach((s) => s.disconnect());
+}
+async function stopRun(): Promise<void> {
+  cleanups.splice(0).forEach((c) => c());
+  sockets.splice(0).forEach((s) => s.disconnect());
   await app.close();
-});
+}
 
 interface Miner {
   id: string;
@@ -75,7 +84,9 @@ async function startMiner(url: string, losses: number[]): Promise<Miner> {
   return { id: minerId, stage, worker, model, mesh, rejections };
 }
 
-describe('pipeline over the swarm', () => {
+describe.each(layouts)('pipeline over the swarm, %s', (_name, runLayout) => {
+  beforeAll(() => startRun(runLayout));
+  afterAll(stopRun);
   it('trains the same weights as the local trainer, every activation and gradient crossing WebRTC', async () => {
     const url = `http://127.0.0.1:${(app.fastify.server.address() as { port: number }).port}`;
     const losses: number[] = [];

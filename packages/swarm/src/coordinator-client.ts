@@ -1,12 +1,12 @@
 import { PROTOCOL_VERSION, type Identity } from '@train-at-home/protocol';
-import type { BackendName } from '@train-at-home/model';
+import type { BackendName, Precision } from '@train-at-home/model';
 import type { Socket } from 'socket.io-client';
 
 export interface Registration {
   minerId: string;
   stage: number;
   runId: number;
-  layout: { name: string; preset: string; stages: number; bottleneck: number; int8: boolean };
+  layout: { name: string; preset: string; stages: number; bottleneck: number; int8: boolean; codec?: Precision };
   /** Each stage's merge round when this miner registered (pathways rotate with it). */
   rounds?: number[];
 }
