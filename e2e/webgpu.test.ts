@@ -19,7 +19,7 @@ afterAll(async () => {
 });
 
 describe('a tab on WebGPU', () => {
-  it('forced to ?backend=webgpu on SwiftShader, trains its stage with the WGSL int8 codec, which agrees with the WASM path; a lost GPU device falls back to WASM and training goes on', async () => {
+  it('forced to ?backend=webgpu on SwiftShader, trains its stage with the WGSL int8 codec and fused optimizer, which agree with the WASM path; a lost GPU device falls back to WASM and training goes on', async () => {
     const gpuTab = await openTab(browsers[0]!.context, `${url}/?backend=webgpu`);
     gpuTab.on('console', (m) => console.log(`[webgpu tab] ${m.text()}`));
     await expect.poll(async () => (await tabView(gpuTab)).backend, { timeout: 120_000, interval: 1000 }).toBe('webgpu');
@@ -27,6 +27,9 @@ describe('a tab on WebGPU', () => {
     // The codec kernel check: frames byte-identical to the JS codec's on seeded data with rounding ties.
     await expect.poll(async () => (await gpuTab.getByTestId('kernel-check').count()) && gpuTab.getByTestId('kernel-check').getAttribute('data-ok'), { timeout: 120_000, interval: 1000 }).toBe('true');
     expect(await gpuTab.getByTestId('kernel-check').textContent()).toMatch(/byte-identical/);
+    // The fused optimizer kernels (SumSquares, AdamW moment, variance, weight) agree with the WASM arithmetic and are in use.
+    expect(await gpuTab.getByTestId('optimizer-check').getAttribute('data-ok')).toBe('true');
+    console.log(`e2e: ${await gpuTab.getByTestId('optimizer-check').textContent()}`);
 
     // Alone in a 2-stage run, the tab waits, and says how many more participants are needed and how to add them
     // (this coordinator starts no miners of its own).

@@ -80,6 +80,9 @@ if (count > 1) {
     const check = await gpu.codecKernelCheck();
     console.log(`[miner] WGSL codec kernels ${check.ok ? 'agree with' : 'differ from'} the JS codec (${check.ms.toFixed(0)} ms)`);
     if (check.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
+    // The optimizer step as fused WGSL kernels, once checked against the WASM arithmetic.
+    const opt = await gpu.useFusedOptimizer();
+    console.log(`[miner] fused WGSL optimizer ${opt.ok ? 'agrees with' : 'differs from'} the WASM arithmetic (largest relative difference ${opt.maxRelativeDiff.toExponential(1)}): ${opt.ok ? 'in use' : 'not used'}`);
   }
   await cryptoReady();
   const identity = generateIdentity();
@@ -97,7 +100,8 @@ if (count > 1) {
     dataSeed: values['data-seed'] ? Number(values['data-seed']) : undefined,
     tokens: {
       async train(vocabSize) {
-        prepareData({ outDir: DATA_DIR, vocabSize });
+        // TAH_DATA_PREPARED: shards prepared elsewhere and carried (scripts/device-swarm-bundle.sh), with no corpus packages to check them against.
+        if (!process.env.TAH_DATA_PREPARED) prepareData({ outDir: DATA_DIR, vocabSize });
         return loadDataset(join(DATA_DIR, datasetName(vocabSize))).train;
       },
     },

@@ -140,8 +140,12 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
         <dd data-testid="tokens-per-sec">{s ? s.tokensPerSec.toFixed(0) : '—'}</dd>
         <dt>Sent / received</dt>
         <dd data-testid="traffic">{s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)}` : '—'}</dd>
-        <dt>Compression saved</dt>
-        <dd data-testid="saved">{saved !== undefined ? `${(saved * 100).toFixed(1)}% (${bytes(s!.uncompressedBytes)} uncompressed)` : '—'}</dd>
+        <dt>Compression</dt>
+        <dd data-testid="saved" data-ratio={saved !== undefined ? (s!.uncompressedBytes / (s!.bytesSent + s!.bytesReceived)).toFixed(2) : undefined}>
+          {saved !== undefined
+            ? `${(s!.uncompressedBytes / (s!.bytesSent + s!.bytesReceived)).toFixed(1)}× fewer bytes than fp32: ${(saved * 100).toFixed(1)}% of ${bytes(s!.uncompressedBytes)} saved`
+            : '—'}
+        </dd>
         <dt>Loss</dt>
         <dd data-testid="loss">{s?.lastLoss !== undefined ? s.lastLoss.toFixed(3) : s?.stage !== undefined && s.stages !== undefined && s.stage < s.stages - 1 ? 'computed by the last stage' : '—'}</dd>
         <dt>Started from</dt>
@@ -184,6 +188,12 @@ function Backend({ tab }: { tab: TabState }) {
           {tab.kernelCheck.result
             ? `${tab.kernelCheck.result.framesEqual ? 'frames byte-identical to' : 'frames differ from'} the WASM path (scales ${tab.kernelCheck.result.scalesEqual ? 'equal' : 'differ'}, largest int8 difference ${tab.kernelCheck.result.maxValueDiff}), ${tab.kernelCheck.result.ms.toFixed(0)} ms`
             : `not available (${tab.kernelCheck.error})`}
+        </p>
+      )}
+      {tab.kernelCheck?.result?.optimizer && (
+        <p data-testid="optimizer-check" data-ok={String(tab.kernelCheck.result.optimizer.ok)}>
+          WGSL fused optimizer:{' '}
+          {`${tab.kernelCheck.result.optimizer.ok ? 'in use, agrees with' : 'not used, differs from'} the WASM arithmetic (largest relative difference ${tab.kernelCheck.result.optimizer.maxRelativeDiff.toExponential(1)}, tolerance ${tab.kernelCheck.result.optimizer.tolerance.toExponential(0)}), ${tab.kernelCheck.result.optimizer.ms.toFixed(0)} ms`}
         </p>
       )}
     </section>

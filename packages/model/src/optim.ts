@@ -9,6 +9,46 @@ export interface AdamWOptions {
   weightDecay?: number;
 }
 
+/** The float32 constants of one AdamW step, as optim.ts's composite uses them (each a float64 expression rounded once). */
+export interface AdamWConstants {
+  beta1: number;
+  oneMinusBeta1: number;
+  beta2: number;
+  oneMinusBeta2: number;
+  c1: number;
+  c2: number;
+  epsilon: number;
+  lr: number;
+  /** 1 − lr·weightDecay for tensors with decay, 1 for the others. */
+  decayFactor: number;
+}
+
+/**
+ * The optimizer step as fused kernels of one backend (WebGPU:
+ * ../webgpu/optim-gpu.ts), installed with setFusedAdamW once a kernel check
+ * has measured it against the composite. Used only while that backend is
+ * active; every other backend runs the composite below.
+ */
+export interface FusedAdamW {
+  backend: string;
+  /** Σ g² over all the tensors, as one tensor of partial sums. */
+  sumSquares(gs: tf.Tensor[]): tf.Tensor1D;
+  /** The new weights, first and second moments; scale is the clip factor, shape [1]. */
+  step(p: tf.Tensor, m: tf.Tensor, v: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, k: AdamWConstants): { p: tf.Tensor; m: tf.Tensor; v: tf.Tensor };
+}
+
+let fused: FusedAdamW | undefined;
+
+/** Installs (or, with undefined, removes) the fused optimizer step of a backend. */
+export function setFusedAdamW(impl: FusedAdamW | undefined): void {
+  fused = impl;
+}
+
+/** Whether steps on the active backend run fused kernels. */
+export function fusedAdamWActive(): boolean {
+  return fused !== undefined && tf.getBackend() === fused.backend;
+}
+
 /** AdamW (Loshchilov & Hutter): Adam moments with weight decay applied to the weights directly. */
 export class AdamW {
   private readonly m: Record<string, tf.Variable> = {};
@@ -54,6 +94,55 @@ export class AdamW {
     });
   }
 
+  /**
+   * Clips the gradients to a global L2 norm of at most maxNorm, then steps:
+   * clipByGlobalNorm and apply, or the same arithmetic in fused kernels where
+   * the active backend has them (setFusedAdamW). Takes ownership of grads
+   * (disposed); returns the norm before clipping, which the caller disposes.
+   */
+  applyClipped(grads: Record<string, tf.Tensor>, lr: number, maxNorm: number): tf.Scalar {
+    if (!fusedAdamWActive()) {
+      const clipped = clipByGlobalNorm(grads, maxNorm);
+      this.apply(clipped.grads, lr);
+      tf.dispose(Object.values(clipped.grads));
+      return clipped.norm;
+    }
+    const impl = fused!;
+    this.step++;
+    const constants = this.constants(lr);
+    const norm = tf.tidy(() => {
+      const n = tf.sqrt(tf.sum(impl.sumSquares(Object.values(grads)))) as tf.Scalar;
+      const scale = tf.reshape(tf.div(maxNorm, tf.maximum(n, maxNorm)), [1]);
+      for (const s of this.specs) {
+        const g = grads[s.name];
+        if (!g) continue;
+        const out = impl.step(this.params[s.name]!, this.m[s.name]!, this.v[s.name]!, g, scale, { ...constants, decayFactor: s.decay ? constants.decayFactor : 1 });
+        this.m[s.name]!.assign(out.m);
+        this.v[s.name]!.assign(out.v);
+        this.params[s.name]!.assign(out.p);
+      }
+      return n;
+    });
+    tf.dispose(Object.values(grads));
+    return norm;
+  }
+
+  /** The float32 constants of the next step's composite (this.step already counts it). */
+  private constants(lr: number): AdamWConstants {
+    const f = Math.fround;
+    return {
+      beta1: f(this.beta1),
+      oneMinusBeta1: f(1 - this.beta1),
+      beta2: f(this.beta2),
+      oneMinusBeta2: f(1 - this.beta2),
+      c1: f(1 - this.beta1 ** this.step),
+      c2: f(1 - this.beta2 ** this.step),
+      epsilon: f(this.epsilon),
+      lr: f(lr),
+      decayFactor: f(1 - lr * this.weightDecay),
+    };
+  }
+
   dispose(): void {
     for (const t of [...Object.values(this.m), ...Object.values(this.v)]) t.dispose();
   }
@@ -72,13 +161,28 @@ export class AdamW {
 export function clipByGlobalNorm(grads: Record<string, tf.Tensor>, maxNorm: number): { grads: Record<string, tf.Tensor>; norm: tf.Scalar } {
   const out: Record<string, tf.Tensor> = {};
   const norm = tf.tidy(() => {
-    const n = tf.sqrt(tf.addN(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar;
+    const n = tf.sqrt(addMany(Object.values(grads).map((g) => tf.sum(tf.square(g))))) as tf.Scalar;
     const scale = tf.div(maxNorm, tf.maximum(n, maxNorm));
     for (const [k, g] of Object.entries(grads)) out[k] = tf.keep(tf.mul(g, scale));
     return n;
   });
   for (const g of Object.values(grads)) g.dispose();
   return { grads: out, norm };
+}
+
+/**
+ * tf.addN of any number of tensors, at most 7 at a time: tfjs-backend-webgpu
+ * binds every input of AddN as a storage buffer, and WebGPU's default limit
+ * is 8 per shader stage, so a stage's ~30 gradient norms in one AddN made an
+ * invalid pipeline (silently wrong sums: found on SwiftShader and an H100).
+ * Chunks continue the running sum left to right, the order one AddN adds in.
+ */
+export function addMany(tensors: tf.Tensor[]): tf.Tensor {
+  return tf.tidy(() => {
+    let acc = tf.addN(tensors.slice(0, 7));
+    for (let i = 7; i < tensors.length; i += 6) acc = tf.addN([acc, ...tensors.slice(i, i + 6)]);
+    return acc;
+  });
 }
 
 /** Linear warm-up to peakLr, then cosine decay to minRatio · peakLr at totalSteps. */

@@ -108,7 +108,8 @@ export class Stage {
     return { inputGrad: result.inputGrad, grads: result.grads, loss };
   }
 
-  private vjp(input: StageInput, outputGrad?: tf.Tensor): { value: tf.Tensor; inputGrad?: tf.Tensor2D; grads: Record<string, tf.Tensor> } {
+  /** The VJP with the forward's value (the loss on the last stage) as a tensor: nothing is read back. */
+  vjp(input: StageInput, outputGrad?: tf.Tensor): { value: tf.Tensor; inputGrad?: tf.Tensor2D; grads: Record<string, tf.Tensor> } {
     this.checkInput(input);
     if (this.spec.isLast === (outputGrad !== undefined)) {
       throw new StageError(this.spec.isLast ? 'the last stage takes no output gradient' : 'an output gradient is required');

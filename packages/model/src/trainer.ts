@@ -2,7 +2,7 @@ import * as tf from '@tensorflow/tfjs';
 import { boundaryCodec, stageSpecs, type ModelConfig, type RunLayout } from './config';
 import { decodeBoundary, encodeBoundary, type Precision } from './codec';
 import type { TokenBatch } from './data/sampler';
-import { AdamW, clipByGlobalNorm, cosineSchedule, type AdamWOptions } from './optim';
+import { AdamW, cosineSchedule, type AdamWOptions } from './optim';
 import { Stage, type StageInput } from './stage';
 
 export interface LocalTrainerOptions {
@@ -17,6 +17,21 @@ export interface LocalTrainerOptions {
   adamw?: AdamWOptions;
   /** How gradients are rounded to their codes (activations always to the nearest); stochastic is seeded per step and stage. */
   gradientRounding?: 'nearest' | 'stochastic';
+}
+
+/** A computation that yields each tensor it reads back and resumes with its values. */
+type Reads<T> = Generator<tf.Tensor, T, Float32Array>;
+
+function readSync<T>(g: Reads<T>): T {
+  let r = g.next();
+  while (!r.done) r = g.next(r.value.dataSync() as Float32Array);
+  return r.value;
+}
+
+async function readAsync<T>(g: Reads<T>): Promise<T> {
+  let r = g.next();
+  while (!r.done) r = g.next((await r.value.data()) as Float32Array);
+  return r.value;
 }
 
 /** Bytes that crossed stage boundaries, as encoded frames. */
@@ -49,11 +64,18 @@ export class LocalTrainer {
     this.lr = cosineSchedule({ peakLr: options.peakLr, warmupSteps: options.warmupSteps, totalSteps: options.totalSteps, minRatio: options.minLrRatio });
   }
 
-  /** Sends a boundary tensor through the codec, as a peer would receive it. */
-  private cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes' | 'evaluation', boundary = 0): tf.Tensor2D {
+  /**
+   * Sends a boundary tensor through the codec, as a peer would receive it.
+   * The steps below are generators that yield each tensor they must read back
+   * and resume with its values: `trainStep` reads synchronously (CPU and WASM),
+   * `trainStepAsync` awaits (WebGPU, where a synchronous read is slow and, in
+   * Node, impossible). One body, two drivers.
+   */
+  private *cross(t: tf.Tensor, direction: 'forwardBytes' | 'backwardBytes' | 'evaluation', boundary = 0): Reads<tf.Tensor2D> {
     const [rows, cols] = t.shape as [number, number];
     const stochastic = direction === 'backwardBytes' && this.options.gradientRounding === 'stochastic';
-    const bytes = encodeBoundary({ rows, cols, data: t.dataSync() as Float32Array }, this.precision, stochastic ? { rounding: 'stochastic', seed: this.step * 64 + boundary } : {});
+    const data = yield t;
+    const bytes = encodeBoundary({ rows, cols, data }, this.precision, stochastic ? { rounding: 'stochastic', seed: this.step * 64 + boundary } : {});
     // Training traffic only: evaluation runs where the model is, it is not sent between miners.
     if (direction !== 'evaluation') this.wire[direction] += bytes.length;
     const decoded = decodeBoundary(bytes, { rows, cols, precision: this.precision });
@@ -61,12 +83,12 @@ export class LocalTrainer {
   }
 
   /** Forward through every stage; returns each stage's input (kept for the backward recompute). */
-  private forwardInputs(batch: TokenBatch, direction: 'forwardBytes' | 'evaluation' = 'forwardBytes'): StageInput[] {
+  private *forwardInputs(batch: TokenBatch, direction: 'forwardBytes' | 'evaluation' = 'forwardBytes'): Reads<StageInput[]> {
     const ids = tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32');
     const inputs: StageInput[] = [{ batch: batch.batch, time: batch.time, x: ids }];
     for (const stage of this.stages.slice(0, -1)) {
       const out = stage.forward(inputs[inputs.length - 1]!);
-      inputs.push({ batch: batch.batch, time: batch.time, x: this.cross(out, direction) });
+      inputs.push({ batch: batch.batch, time: batch.time, x: yield* this.cross(out, direction) });
       out.dispose();
     }
     const last = inputs[inputs.length - 1]!;
@@ -74,41 +96,60 @@ export class LocalTrainer {
     return inputs;
   }
 
-  /** One optimizer step on one microbatch; returns its training loss. */
-  trainStep(batch: TokenBatch): { loss: number; lr: number; gradNorms: number[] } {
-    const inputs = this.forwardInputs(batch);
+  private *stepWork(batch: TokenBatch): Reads<{ loss: number; lr: number; gradNorms: number[] }> {
+    const inputs = yield* this.forwardInputs(batch);
     this.wire.tokens += batch.batch * batch.time;
     const lr = this.lr(this.step);
     const gradNorms: number[] = new Array(this.stages.length);
     let loss = NaN;
     let outputGrad: tf.Tensor | undefined;
     for (let s = this.stages.length - 1; s >= 0; s--) {
-      const result = this.stages[s]!.backward(inputs[s]!, outputGrad);
+      const stage = this.stages[s]!;
+      const result = stage.vjp(inputs[s]!, outputGrad);
       outputGrad?.dispose();
-      if (result.loss !== undefined) loss = result.loss;
-      outputGrad = result.inputGrad ? this.cross(result.inputGrad, 'backwardBytes', s) : undefined;
+      if (stage.spec.isLast) loss = (yield result.value)[0]!;
+      result.value.dispose();
+      outputGrad = result.inputGrad ? yield* this.cross(result.inputGrad, 'backwardBytes', s) : undefined;
       result.inputGrad?.dispose();
-      const clipped = clipByGlobalNorm(result.grads, this.options.clipNorm ?? 1);
-      gradNorms[s] = clipped.norm.dataSync()[0]!;
-      this.optimizers[s]!.apply(clipped.grads, lr);
-      tf.dispose([clipped.norm, ...Object.values(clipped.grads)]);
+      const norm = this.optimizers[s]!.applyClipped(result.grads, lr, this.options.clipNorm ?? 1);
+      gradNorms[s] = (yield norm)[0]!;
+      norm.dispose();
     }
     for (const i of inputs) tf.dispose([i.x, ...(i.targets ? [i.targets] : [])]);
     this.step++;
     return { loss, lr, gradNorms };
   }
 
-  /** Mean loss over fixed batches (through the same codec, as the model is used). */
-  evaluate(batches: TokenBatch[]): number {
+  private *evaluation(batches: TokenBatch[]): Reads<number> {
     let sum = 0;
     for (const batch of batches) {
-      const inputs = this.forwardInputs(batch, 'evaluation');
+      const inputs = yield* this.forwardInputs(batch, 'evaluation');
       const loss = this.stages[this.stages.length - 1]!.forward(inputs[inputs.length - 1]!);
-      sum += loss.dataSync()[0]!;
+      sum += (yield loss)[0]!;
       loss.dispose();
       for (const i of inputs) tf.dispose([i.x, ...(i.targets ? [i.targets] : [])]);
     }
     return sum / batches.length;
+  }
+
+  /** One optimizer step on one microbatch; returns its training loss. */
+  trainStep(batch: TokenBatch): { loss: number; lr: number; gradNorms: number[] } {
+    return readSync(this.stepWork(batch));
+  }
+
+  /** The same step, every read awaited (GPU backends). */
+  trainStepAsync(batch: TokenBatch): Promise<{ loss: number; lr: number; gradNorms: number[] }> {
+    return readAsync(this.stepWork(batch));
+  }
+
+  /** Mean loss over fixed batches (through the same codec, as the model is used). */
+  evaluate(batches: TokenBatch[]): number {
+    return readSync(this.evaluation(batches));
+  }
+
+  /** The same, every read awaited. */
+  evaluateAsync(batches: TokenBatch[]): Promise<number> {
+    return readAsync(this.evaluation(batches));
   }
 
   dispose(): void {

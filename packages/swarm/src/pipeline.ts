@@ -2,7 +2,6 @@ import * as tf from '@tensorflow/tfjs';
 import {
   AdamW,
   boundaryCodec,
-  clipByGlobalNorm,
   cosineSchedule,
   decodeBoundary,
   encodeBoundary,
@@ -319,9 +318,7 @@ export class PipelineWorker {
     } else {
       const full = await this.o.stage.backwardAsync(entry.input, outputGrad);
       if (entry.generation === this.generation) {
-        const clipped = clipByGlobalNorm(full.grads, this.o.clipNorm ?? 1);
-        this.optimizer.apply(clipped.grads, this.lr(this.step));
-        tf.dispose([clipped.norm, ...Object.values(clipped.grads)]);
+        this.optimizer.applyClipped(full.grads, this.lr(this.step), this.o.clipNorm ?? 1).dispose();
       } else {
         tf.dispose(Object.values(full.grads)); // a gradient of the weights before the merge (see merged())
         this.stats.staleGradients++;

@@ -6,6 +6,15 @@ import { ValidatorError } from './compute';
 import type { ValidatorJob } from './jobs';
 
 const ENTRY = fileURLToPath(new URL('./process.ts', import.meta.url));
+
+/**
+ * The validator process's entry and Node flags: process.ts through tsx, or, where the coordinator runs
+ * bundled (scripts/device-swarm-bundle.sh), the bundled entry TAH_VALIDATOR_ENTRY names, run as it is.
+ */
+export function validatorEntry(env: NodeJS.ProcessEnv = process.env): { entry: string; execArgv: string[] } {
+  const bundled = env.TAH_VALIDATOR_ENTRY;
+  return bundled ? { entry: bundled, execArgv: [] } : { entry: ENTRY, execArgv: ['--import', 'tsx'] };
+}
 /** A job the validator has not answered in this time fails (the process is then restarted). */
 export const VALIDATOR_JOB_TIMEOUT_MS = 120_000;
 /** After the process exits unasked, it is started again after this pause… */
@@ -21,7 +30,7 @@ interface Pending {
 
 /**
  * The coordinator's handle on its validator process: starts it on the first
- * job (Node with tsx, like the miners), sends jobs and matches answers, fails every job in
+ * job (Node with tsx, like the miners, or the bundled entry TAH_VALIDATOR_ENTRY names), sends jobs and matches answers, fails every job in
  * flight by name when the process dies, and starts it again. Nothing the
  * validator computes blocks the coordinator's event loop.
  */
@@ -50,8 +59,9 @@ export class ValidatorProcess {
   private start(): void {
     this.starts++;
     this.known.clear();
-    const child = fork(ENTRY, [], {
-      execArgv: ['--import', 'tsx'],
+    const { entry, execArgv } = validatorEntry();
+    const child = fork(entry, [], {
+      execArgv,
       env: { ...process.env, TAH_VALIDATOR_RUN: JSON.stringify(this.run) },
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],

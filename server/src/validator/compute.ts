@@ -17,6 +17,7 @@ import {
   type StageSpec,
   type TokenBatch,
   type Tokenizer,
+  type BackendName,
 } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { compareOutputs, type OutputComparison } from '@train-at-home/incentives';
@@ -80,6 +81,8 @@ export class ValidatorCompute {
   private data?: { batches: TokenBatch[]; bigram: number; tokenizer: Tokenizer };
   /** Recently used stage weights by `${stage}:${hash}` (a few rounds per stage). */
   private readonly stages = new Map<string, Stage>();
+  /** The backend the model work runs on. */
+  backend?: BackendName;
 
   constructor(
     private readonly run: RunConfig,
@@ -90,9 +93,14 @@ export class ValidatorCompute {
   }
 
   async init(): Promise<void> {
-    await initNodeBackend();
+    // TAH_VALIDATOR_BACKEND=webgpu: models too large for WASM's heap (the `gpu` preset) are evaluated on the
+    // GPU through Dawn (falling back to WASM, saying why, where there is no adapter). Default: WASM.
+    const wanted = process.env.TAH_VALIDATOR_BACKEND;
+    if (wanted !== undefined && !['webgpu', 'wasm', 'cpu'].includes(wanted)) throw new Error(`TAH_VALIDATOR_BACKEND is webgpu, wasm or cpu, not ${wanted}`);
+    this.backend = await initNodeBackend((wanted ?? 'wasm') as BackendName, (line) => console.error(`[validator] ${line}`));
     const config = PRESETS[this.run.preset];
-    prepareData({ outDir: DATA_DIR, vocabSize: config.vocabSize });
+    // TAH_DATA_PREPARED: shards prepared elsewhere and carried (a bundled coordinator), with no corpus packages to check them against.
+    if (!process.env.TAH_DATA_PREPARED) prepareData({ outDir: DATA_DIR, vocabSize: config.vocabSize });
     const ds = loadDataset(join(DATA_DIR, datasetName(config.vocabSize)));
     this.data = {
       batches: evaluationBatches(ds.heldOut, 32, config.contextLength, this.evalBatches),
@@ -106,19 +114,19 @@ export class ValidatorCompute {
     return this.data;
   }
 
-  /** Held-out loss of one model assembled from one blob per stage, through the run's codec. */
-  evaluate(blobs: Uint8Array[]): { heldOutLoss: number; bigramLoss: number } {
+  /** Held-out loss of one model assembled from one blob per stage, through the run's codec (every read awaited: WebGPU in Node has no synchronous read). */
+  async evaluate(blobs: Uint8Array[]): Promise<{ heldOutLoss: number; bigramLoss: number }> {
     const { batches, bigram } = this.ready();
     const model = this.assemble(blobs);
     try {
-      return { heldOutLoss: model.evaluate(batches), bigramLoss: bigram };
+      return { heldOutLoss: await model.evaluateAsync(batches), bigramLoss: bigram };
     } finally {
       model.dispose();
     }
   }
 
   /** A short continuation of `prompt` by the assembled model (greedy at temperature 0, else sampled with `seed`). */
-  generate(blobs: Uint8Array[], prompt: string, maxTokens: number, temperature = 0.8, seed = 1): { text: string; tokens: number } {
+  async generate(blobs: Uint8Array[], prompt: string, maxTokens: number, temperature = 0.8, seed = 1): Promise<{ text: string; tokens: number }> {
     const { tokenizer } = this.ready();
     const T = PRESETS[this.run.preset].contextLength;
     const model = this.assemble(blobs);
@@ -129,17 +137,19 @@ export class ValidatorCompute {
       const start = ids.length;
       for (let n = 0; n < maxTokens; n++) {
         const window = ids.slice(-T);
+        // Stage by stage, each boundary read back (awaited) for the wire's int8 round trip.
+        let x: tf.Tensor = tf.tensor2d(window, [1, window.length], 'int32');
+        for (const stage of model.stages.slice(0, -1)) {
+          const out = stage.forward({ batch: 1, time: window.length, x });
+          x.dispose();
+          x = await this.roundTrip(out as tf.Tensor2D);
+        }
         const logits = tf.tidy(() => {
-          let x: tf.Tensor = tf.tensor2d(window, [1, window.length], 'int32');
-          for (const stage of model.stages.slice(0, -1)) {
-            const out = stage.forward({ batch: 1, time: window.length, x });
-            x.dispose();
-            x = this.roundTrip(out as tf.Tensor2D);
-          }
           const all = model.stages[model.stages.length - 1]!.logits({ batch: 1, time: window.length, x });
           return tf.slice(all, [window.length - 1, 0], [1, -1]).reshape([-1]);
         });
-        const values = logits.dataSync() as Float32Array;
+        x.dispose();
+        const values = (await logits.data()) as Float32Array;
         logits.dispose();
         ids.push(pick(values, temperature, random));
         if (ids[ids.length - 1] === tokenizer.eotId) break;
@@ -256,9 +266,10 @@ export class ValidatorCompute {
   }
 
   /** The int8 round trip a boundary tensor takes on the wire (what a miner's next stage receives). */
-  private roundTrip(t: tf.Tensor2D): tf.Tensor2D {
+  private async roundTrip(t: tf.Tensor2D): Promise<tf.Tensor2D> {
     const [rows, cols] = t.shape;
-    const out = tf.tensor2d(this.decode(this.encode(t), rows), [rows, cols]);
+    const bytes = encodeBoundary({ rows, cols, data: (await t.data()) as Float32Array }, this.precision);
+    const out = tf.tensor2d(this.decode(bytes, rows), [rows, cols]);
     t.dispose();
     return out;
   }

@@ -26,6 +26,8 @@ export class Validator {
   private evaluatedRound = 0;
   private evaluatedAt = 0;
   private busy = { checks: false, evaluation: false };
+  /** How often, at most, merged rounds get a held-out loss and a sample on their own (Infinity: only when asked, as a benchmark that evaluates on its own schedule does). */
+  evaluateEveryMs = EVALUATE_EVERY_MS;
 
   constructor(private readonly c: Coordinator) {
     this.process = new ValidatorProcess(c.run, c.log);
@@ -82,7 +84,7 @@ export class Validator {
     const rows = await this.c.db.query<{ round: number }>(`SELECT coalesce(min(r), 0)::int AS round FROM (SELECT max(epoch) AS r FROM checkpoints WHERE run_id = $1 GROUP BY stage HAVING count(*) > 0) t`, [this.c.runId]);
     const stagesWith = await this.c.db.query<{ n: number }>('SELECT count(DISTINCT stage)::int AS n FROM checkpoints WHERE run_id = $1', [this.c.runId]);
     const round = rows[0]?.round ?? 0;
-    if ((stagesWith[0]?.n ?? 0) < this.c.run.stages || round <= this.evaluatedRound || Date.now() - this.evaluatedAt < EVALUATE_EVERY_MS) return;
+    if ((stagesWith[0]?.n ?? 0) < this.c.run.stages || round <= this.evaluatedRound || Date.now() - this.evaluatedAt < this.evaluateEveryMs) return;
     this.evaluatedRound = round;
     this.evaluatedAt = Date.now();
     const evaluated = await this.evaluate();

@@ -1,5 +1,5 @@
 import * as tf from '@tensorflow/tfjs';
-import { AdamW, PRESETS, Stage, clipByGlobalNorm, mulberry32, stageSpecs, type PresetName } from '@train-at-home/model';
+import { AdamW, PRESETS, Stage, mulberry32, stageSpecs, type PresetName } from '@train-at-home/model';
 
 export interface LocalBenchOptions {
   preset: PresetName;
@@ -42,9 +42,8 @@ export async function benchLocalTraining(o: LocalBenchOptions): Promise<LocalBen
     const x = tf.tensor2d(inputs, [o.batch, T], 'int32');
     const y = tf.tensor2d(targets, [o.batch, T], 'int32');
     const result = await stage.backwardAsync({ batch: o.batch, time: T, x, targets: y });
-    const clipped = clipByGlobalNorm(result.grads, 1);
-    optimizer.apply(clipped.grads, 1e-3);
-    tf.dispose([x, y, clipped.norm, ...Object.values(clipped.grads)]);
+    optimizer.applyClipped(result.grads, 1e-3, 1).dispose();
+    tf.dispose([x, y]);
     // Wait for the step itself, not just its recording: read one parameter back.
     await stage.params[stage.specs[0]!.name]!.data();
     loss = result.loss ?? NaN;

@@ -28,6 +28,8 @@ export interface KernelCheck {
   framesEqual: boolean;
   ok: boolean;
   ms: number;
+  /** The fused WGSL optimizer step against the WASM arithmetic (in use only when ok). */
+  optimizer?: { maxRelativeDiff: number; tolerance: number; ok: boolean; ms: number };
 }
 
 /** Page → worker. */

@@ -84,7 +84,10 @@ async function start(m: Extract<ToTabWorker, { cmd: 'start' }>): Promise<void> {
   if (backend === 'webgpu') {
     try {
       const gpu = await import('@train-at-home/model/webgpu');
-      const result = await gpu.codecKernelCheck();
+      const codec = await gpu.codecKernelCheck();
+      // The optimizer step as fused WGSL kernels, installed only when they agree with the WASM arithmetic.
+      const optimizer = await gpu.useFusedOptimizer();
+      const result = { ...codec, optimizer };
       post({ ev: 'kernel-check', result });
       if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
     } catch (e) {

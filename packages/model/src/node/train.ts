@@ -74,8 +74,8 @@ export async function runLocalTraining(o: LocalRunOptions): Promise<LocalRunResu
   const sampler = new BatchSampler(data.train, o.batchSize, config.contextLength, seed + 1);
   const evalSet = evaluationBatches(data.heldOut, o.batchSize, config.contextLength, o.evalBatches ?? 8);
   const evaluations: LocalRunResult['evaluations'] = [];
-  const evaluate = (step: number): number => {
-    const heldOutLoss = trainer.evaluate(evalSet);
+  const evaluate = async (step: number): Promise<number> => {
+    const heldOutLoss = await trainer.evaluateAsync(evalSet);
     evaluations.push({ step, tokens: step * o.batchSize * config.contextLength, heldOutLoss });
     log(`step ${step}: held-out loss ${heldOutLoss.toFixed(4)} (bigram ${bigram.loss.toFixed(4)})`);
     return heldOutLoss;
@@ -85,12 +85,12 @@ export async function runLocalTraining(o: LocalRunOptions): Promise<LocalRunResu
   for (let step = 0; step < o.steps; step++) {
     const batch = sampler.next();
     const started = performance.now();
-    const { loss, lr } = trainer.trainStep(batch);
+    const { loss, lr } = await trainer.trainStepAsync(batch);
     trainMs += performance.now() - started;
     if (step % 10 === 0) log(`step ${step}: loss ${loss.toFixed(4)} lr ${lr.toExponential(2)} ${(((step + 1) * o.batchSize * config.contextLength) / (trainMs / 1000)).toFixed(0)} tok/s`);
-    if (o.evalEvery && step > 0 && step % o.evalEvery === 0) evaluate(step);
+    if (o.evalEvery && step > 0 && step % o.evalEvery === 0) await evaluate(step);
   }
-  const heldOutLoss = evaluate(o.steps);
+  const heldOutLoss = await evaluate(o.steps);
   const trainTokens = o.steps * o.batchSize * config.contextLength;
   const result: LocalRunResult = {
     config,

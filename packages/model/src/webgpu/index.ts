@@ -20,3 +20,5 @@ export {
   requireWebGPUBackend,
 } from './codec-gpu';
 export { codecCheckData, codecKernelCheck, type CodecKernelCheck } from './check';
+export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
+export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
