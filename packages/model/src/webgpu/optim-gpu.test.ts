@@ -6,7 +6,7 @@
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { AdamW, fusedAdamWActive, type AdamWConstants } from '../optim';
+import { AdamW, addMany, fusedAdamWActive, type AdamWConstants } from '../optim';
 import type { ParamSpec } from '../params';
 import { mulberry32 } from '../rng';
 import { WebGPUBackendRequiredError, adamwReference, optimizerKernelCheck, useFusedOptimizer } from './index';
@@ -51,6 +51,16 @@ describe('fused AdamW, host side', () => {
     }
     adam.dispose();
     Object.values(params).forEach((p) => p.dispose());
+  });
+
+  it('addMany adds any number of tensors in chunks of at most 7 (WebGPU binds 8 storage buffers) with the bits of one AddN', async () => {
+    const random = mulberry32(11);
+    for (const count of [1, 2, 7, 8, 13, 30]) {
+      const ts = Array.from({ length: count }, () => tf.tensor1d(Float32Array.from({ length: 129 }, () => (random() * 2 - 1) * 10 ** (4 * random() - 2))));
+      const [a, b] = [addMany(ts), tf.addN(ts)];
+      expect(new Uint32Array(((await a.data()) as Float32Array).buffer)).toEqual(new Uint32Array(((await b.data()) as Float32Array).buffer));
+      tf.dispose([a, b, ...ts]);
+    }
   });
 
   it('the kernel check and installing the fused step require the WebGPU backend', async () => {
