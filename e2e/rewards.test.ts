@@ -63,7 +63,8 @@ describe('the Rewards page in Chromium', () => {
     await expect.poll(() => page.getByTestId('connection').isVisible(), { timeout: 20_000 }).toBe(true);
     await page.getByTestId('nav-train').click();
     await expect.poll(() => new URL(page.url()).pathname).toBe('/');
-    expect(await page.getByTestId('join').isVisible()).toBe(true);
+    // The address changes before the router renders the page: wait for the page, as a person would.
+    await expect.poll(() => page.getByTestId('join').isVisible(), { timeout: 20_000 }).toBe(true);
     await page.close();
 
     const account = await newAccount('Refused');
