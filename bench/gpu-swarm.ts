@@ -29,7 +29,6 @@ import { parseArgs } from 'node:util';
 import { PRESETS, type PresetName } from '@train-at-home/model';
 import { buildApp } from '../server/src/app';
 import { finish, machine, RESULTS_DIR } from './lib';
-import { fastPgliteBytea } from './pglite-bytea';
 
 const { values } = parseArgs({
   options: {
@@ -76,7 +75,6 @@ if (bundled) {
 }
 process.env.TAH_VALIDATOR_BACKEND = validatorBackend;
 
-fastPgliteBytea(); // before the coordinator opens its database: a `gpu` stage's checkpoint is ~127 MB
 const run = {
   name: 'gpu-swarm',
   preset,

@@ -106,6 +106,11 @@ export interface App {
   close(): Promise<void>;
 }
 
+/** A gap this much longer than the sweep's period means this process stalled (its timers ran late). */
+export const STALL_MS = 2000;
+/** After a stall, how long deadlines wait for the messages queued behind it before they count again. */
+export const STALL_TRUST_AFTER_MS = 5000;
+
 /** The files a dataset folder serves (scripts/prepare-data.ts writes them): no other name, no `..`. */
 const DATASET_FILE = /^\/sotu-brown-v[0-9]+-bpe[0-9]+\/(?:manifest\.json|tokenizer\.json|(?:train|heldout)-[0-9]{3}\.bin)$/;
 
@@ -178,16 +183,18 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates));
   const silentMs = options.silentMs ?? 15_000;
   const sweepMs = Math.min(1000, silentMs / 2);
-  // When this process itself stalled (a long synchronous evaluation, a GC pause), the heartbeats
-  // of that time are still queued: no miner is called silent until they have had time to land.
+  // When this process itself stalled (a large checkpoint stored, a GC pause), what miners sent
+  // meanwhile (heartbeats, merge answers) is still queued behind this timer: no miner is called
+  // silent, and no merge phase ends on its deadline, until those messages have had time to land.
   let lastSweep = performance.now();
   let trustAfter = 0;
   const sweep = setInterval(() => {
     const now = performance.now();
-    if (now - lastSweep > sweepMs + 2000) trustAfter = now + 5000;
+    if (now - lastSweep > sweepMs + STALL_MS) trustAfter = now + STALL_TRUST_AFTER_MS;
     lastSweep = now;
-    if (now >= trustAfter) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
-    coordinator.phases.tick().catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
+    const trusted = now >= trustAfter;
+    if (trusted) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
+    coordinator.phases.tick(trusted).catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
     validator.tick();
     localMiners.tick().catch((err: unknown) => fastify.log.error({ err }, 'local miners tick failed'));
   }, sweepMs);

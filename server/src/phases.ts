@@ -59,12 +59,17 @@ export class PhaseMachine {
     return this.stages.map((s, stage) => ({ stage, round: s.round, phase: s.phase }));
   }
 
-  /** Called every second by the app: starts merges that are due and ends phases whose deadline passed. */
-  async tick(): Promise<void> {
-    await Promise.all(this.stages.map((s, stage) => this.tickStage(stage, s)));
+  /**
+   * Called every second by the app: starts merges that are due and ends phases whose deadline passed.
+   * `deadlinesTrusted` false: this process has just stalled (a 127 MB checkpoint stored, a GC pause),
+   * and answers that came in time may still be queued behind the stall (timers run before sockets
+   * are read); a phase then ends only when everyone has answered.
+   */
+  async tick(deadlinesTrusted = true): Promise<void> {
+    await Promise.all(this.stages.map((s, stage) => this.tickStage(stage, s, deadlinesTrusted)));
   }
 
-  private async tickStage(stage: number, s: StageState): Promise<void> {
+  private async tickStage(stage: number, s: StageState, deadlinesTrusted: boolean): Promise<void> {
     if (s.busy) return;
     s.busy = true;
     try {
@@ -76,9 +81,9 @@ export class PhaseMachine {
         const m = this.c.run.merge;
         const due = ids.every((id) => work[id]! >= m.every) || (now - s.since.getTime() > m.maxTrainingMs && ids.some((id) => work[id]! > 0));
         if (due) await this.startMerge(stage, s, ids);
-      } else if (!s.go && (now > s.readyDeadline || s.ready.size === s.members.length)) {
+      } else if (!s.go && ((deadlinesTrusted && now > s.readyDeadline) || s.ready.size === s.members.length)) {
         await this.go(stage, s);
-      } else if (s.go && (now > s.roundDeadline || s.merged.size === s.go.participants.length)) {
+      } else if (s.go && ((deadlinesTrusted && now > s.roundDeadline) || s.merged.size === s.go.participants.length)) {
         await this.finish(stage, s);
       }
     } finally {
