@@ -42,7 +42,9 @@ const { values } = parseArgs({
     warmup: { type: 'string' },
     bottleneck: { type: 'string' },
     'merge-every': { type: 'string', default: '20' },
-    'in-flight': { type: 'string', default: '1' },
+    // Microbatches stage 0 keeps in the pipeline: with one, each of 3 stages idles while the other two
+    // work (the first H100 run's miners computed 25-29% of the time); one per stage keeps all busy.
+    'in-flight': { type: 'string', default: '3' },
     /** Seconds between held-out evaluations (each waits for a newer checkpoint of every stage). */
     'eval-every': { type: 'string', default: '20' },
   },
