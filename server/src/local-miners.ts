@@ -1,5 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
+import { MINER_EXIT_REFUSED } from '@train-at-home/swarm';
 import type { Coordinator } from './coordinator';
 
 const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.meta.url));
@@ -28,6 +30,8 @@ export class LocalMiners {
   private url?: string;
   private lastVisitorAt = Date.now();
   private busy = false;
+  /** A local miner was refused for good (this machine cannot train the run's preset): none is started again. */
+  refused = false;
 
   constructor(
     private readonly c: Coordinator,
@@ -51,7 +55,7 @@ export class LocalMiners {
 
   /** Called every second by the app. */
   async tick(): Promise<void> {
-    if (!this.url || this.options.max <= 0 || this.busy) return;
+    if (!this.url || this.options.max <= 0 || this.busy || this.refused) return;
     this.busy = true;
     try {
       const map = await this.c.stageMap();
@@ -72,15 +76,21 @@ export class LocalMiners {
   }
 
   private spawn(): void {
-    const child = fork(MINER_CLI, ['--coordinator', this.url!], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+    // A run that WASM cannot train (the gpu preset) is filled from this machine's GPU, if it has one.
+    const backend = UNSUITABLE_BACKENDS[this.c.run.preset]?.includes('wasm') ? 'webgpu' : 'wasm';
+    const child = fork(MINER_CLI, ['--coordinator', this.url!, '--backend', backend], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
     this.children.add(child);
     this.c.log.info({ pid: child.pid }, 'starting a local miner for a stage nobody holds');
     child.on('message', (m: { registered?: unknown }) => {
       if (typeof m?.registered === 'string') this.ids.set(child, m.registered);
     });
-    child.once('exit', () => {
+    child.once('exit', (code) => {
       this.children.delete(child);
       this.ids.delete(child);
+      if (code === MINER_EXIT_REFUSED && !this.refused) {
+        this.refused = true;
+        this.c.log.warn(`a local miner was refused (its stderr says why): no more are started; stages wait for participants (${this.c.run.preset} preset)`);
+      }
     });
   }
 

@@ -283,3 +283,30 @@ describe('coordinator: static files', () => {
     expect((await app.fastify.inject({ method: 'GET', url: `/data/${datasetName(320)}/manifest.json` })).statusCode).toBe(200);
   });
 });
+
+describe('coordinator: a run on the gpu preset', () => {
+  it('refuses a miner whose backend cannot train the preset by name, records nothing, and takes a WebGPU one', async () => {
+    app = await buildApp({ run: { name: 'gpu-run', preset: 'gpu', stages: 3 }, database: await testDatabase() });
+    url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+    for (const backend of ['wasm', 'cpu'] as const) {
+      expect(await rejection(register(await open(), generateIdentity(), { backend, tokensPerSec: 50 }))).toBe('UNSUITABLE_BACKEND');
+    }
+    expect(await minerRows()).toEqual([]);
+    const r = await register(await open(), generateIdentity(), { backend: 'webgpu', tokensPerSec: 5000 });
+    expect([r.stage, r.layout.preset]).toEqual([0, 'gpu']);
+    expect((await minerRows()).map((m) => m.status)).toEqual(['active']);
+  });
+
+  it('does not fill its empty stages from a machine that cannot train it: the local miners it starts are refused, and none is started again', async () => {
+    app = await buildApp({ run: { name: 'gpu-local', preset: 'gpu', stages: 3 }, database: await testDatabase() });
+    url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+    await register(await open(), generateIdentity(), { backend: 'webgpu', tokensPerSec: 5000 }); // a visitor on a GPU
+    app.localMiners.start(url, 2);
+    // They ask for WebGPU; Dawn finds no adapter on this machine, they fall back to WASM, and the coordinator refuses them.
+    await expect.poll(() => app.localMiners.refused, { timeout: 90_000, interval: 250 }).toBe(true);
+    await expect.poll(() => app.localMiners.running, { timeout: 20_000, interval: 250 }).toBe(0);
+    await new Promise((r) => setTimeout(r, 3000)); // three ticks of the sweep
+    expect(app.localMiners.running).toBe(0);
+    expect((await minerRows()).length).toBe(1);
+  });
+});

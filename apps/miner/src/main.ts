@@ -16,7 +16,7 @@ import wrtc from '@roamhq/wrtc';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { cryptoReady, generateIdentity } from '@train-at-home/protocol';
 import type { BackendName } from '@train-at-home/model';
-import { linkPayout, Miner, type BoundaryDeviceCodec } from '@train-at-home/swarm';
+import { isPermanentRefusal, linkPayout, Miner, MINER_EXIT_REFUSED, type BoundaryDeviceCodec } from '@train-at-home/swarm';
 import { loadPayoutKey, PayoutKeyError, type PayoutKey } from './payout';
 
 const { values } = parseArgs({
@@ -114,9 +114,13 @@ if (count > 1) {
       await miner.start();
       break;
     } catch (e) {
+      miner.stop();
+      if (isPermanentRefusal(e)) {
+        console.error(`[miner] ${values.coordinator} refused this miner: ${e.message}`);
+        process.exit(MINER_EXIT_REFUSED);
+      }
       const err = e as Error & { description?: { message?: string } };
       console.error(`[miner] cannot register with ${values.coordinator}: ${err.description?.message ?? err.message}; trying again in 5 s`);
-      miner.stop();
       await new Promise((r) => setTimeout(r, 5000));
     }
   }

@@ -44,6 +44,15 @@ export const PRESETS = {
 
 export type PresetName = keyof typeof PRESETS;
 
+/**
+ * Backends a preset's stages cannot be trained on. A `gpu` stage of 16
+ * sequences aborts the WASM backend (XNNPACK, measured on the H100 machine
+ * where Dawn found no Vulkan loader) and would take the pure-JS backend
+ * minutes a step: such a miner would hold a stage and time out every
+ * microbatch through it. The coordinator refuses its registration by name.
+ */
+export const UNSUITABLE_BACKENDS: Readonly<Partial<Record<PresetName, readonly string[]>>> = { gpu: ['wasm', 'cpu'] };
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }

@@ -164,6 +164,8 @@ export type ProtocolErrorCode =
   | 'UNKNOWN_ACTIVATION'
   /** The validator flagged this miner: it may not take part in this run again. */
   | 'FLAGGED'
+  /** The run's preset cannot be trained on this miner's backend (a `gpu` run on WASM): it may not join. */
+  | 'UNSUITABLE_BACKEND'
   /** Too many messages of this kind from this connection or miner; the rejection says how long to wait. */
   | 'RATE_LIMITED'
   /** Well-formed, but beyond what this run allows (a miner or partition that is not in the round, a count no round can reach). */

@@ -21,6 +21,16 @@ export class CoordinatorError extends Error {
   }
 }
 
+/** Refusals that trying again cannot change: the coordinator will not take this miner into its run. */
+export const PERMANENT_REFUSALS: readonly string[] = ['UNSUITABLE_BACKEND', 'FLAGGED'];
+
+/** The miner CLI's exit status when the coordinator refused it for good (local miners are then not started again). */
+export const MINER_EXIT_REFUSED = 3;
+
+export function isPermanentRefusal(e: unknown): e is CoordinatorError {
+  return e instanceof CoordinatorError && PERMANENT_REFUSALS.includes(e.code);
+}
+
 type Reply = { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string } };
 
 /** Emits an event and waits for the coordinator's acknowledgement; a rejection throws its named code. */

@@ -1,4 +1,5 @@
 import { FrameError, PROTOCOL_VERSION, ProtocolError, decodeChunk, newChallenge, parseClientMessage, verifySignature, type ClientEvent } from '@train-at-home/protocol';
+import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
 import { encodeAddress } from '@polkadot/util-crypto';
 import type { Server, Socket } from 'socket.io';
 import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
@@ -98,6 +99,10 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       const { signature, v: _v, ...signed } = msg;
       if (!verifySignature('register', signed, signature, msg.publicKey)) throw new ProtocolError('BAD_SIGNATURE', 'signature does not verify');
       state.challenge = undefined; // one use
+      const { preset } = coordinator.run;
+      if (UNSUITABLE_BACKENDS[preset]?.includes(msg.backend)) {
+        throw new ProtocolError('UNSUITABLE_BACKEND', `this run trains the ${preset} preset, which does not run on ${msg.backend}: join it from a device with WebGPU`);
+      }
       const minerId = msg.publicKey.slice(2).toLowerCase();
       const stage = await coordinator.db.transaction(async (tx) => {
         const members = await tx.query<StageMember>(
