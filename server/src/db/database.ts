@@ -65,11 +65,11 @@ export async function initDataDir(dataDir: string): Promise<number | undefined> 
 /**
  * bytea through Node's native hex codec. PGlite 0.5 writes a bytea parameter
  * as hex through `Array.from(bytes).map(…).join('')` and parses one back byte
- * by byte: a `small` checkpoint (10 MB) took 2 s to store and 0.6 s to read,
+ * by byte: a `small` checkpoint (10 MB) took 3.5 s to store and 0.6 s to read,
  * blocking the coordinator's event loop; a `gpu` stage's (127 MB) could not be
  * stored at all (RangeError: Invalid array length). Buffer does each in one
- * call: 0.25 s and 0.06 s for 10 MB, 5.7 s and 2.7 s for 127 MB
- * (bytea.test.ts stores one).
+ * call: 0.2 s and 0.06 s for 10 MB, 4.5 s and 2.7 s for 127 MB
+ * (npm run bench:bytea; bytea.test.ts stores one).
  */
 export const PGLITE_BYTEA = {
   serializers: {
