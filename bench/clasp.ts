@@ -42,7 +42,7 @@ const { app, url } = await listeningCoordinator({
 });
 const swarm = new MinerSwarm();
 const started = Date.now();
-const miners = await swarm.start(url, [10, 9]);
+const miners = await swarm.start(url, [9, 9, 8]);
 const byStage = [0, 1, 2].map((stage) => miners.filter((m) => m.stage === stage).map((m) => m.minerId).sort());
 const roles = new Map<string, CheatName | null>(miners.map((m) => [m.minerId, null]));
 for (const [name, cheat] of Object.entries(CHEATS) as Array<[CheatName, (typeof CHEATS)[CheatName]]>) {

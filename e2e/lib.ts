@@ -1,4 +1,5 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,12 +29,25 @@ export const E2E_RUN = {
   merge: { every: 10 },
 } as const satisfies AppOptions['run'];
 
-/** A coordinator serving the built web app and the training data, on the namespace's address. */
+/** A port free on the namespace's address now (the coordinator's domain names it before it listens). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/**
+ * A coordinator serving the built web app and the training data, on the namespace's address. Its
+ * rewards domain is that address, the site the tabs open: the shared rewards client signs only
+ * messages that name the coordinator it talks to.
+ */
 export async function startCoordinator(run: AppOptions['run']): Promise<{ app: App; url: string }> {
   prepareData({ outDir: DATA_DIR, vocabSize: 320 });
-  const app = await buildApp({ database: await testDatabase(), run, webRoot: WEB_ROOT, dataRoot: DATA_DIR });
-  await app.fastify.listen({ port: 0, host: HOST });
-  const port = (app.fastify.server.address() as { port: number }).port;
+  const port = await freePort();
+  const app = await buildApp({ database: await testDatabase(), run, webRoot: WEB_ROOT, dataRoot: DATA_DIR, rewards: { domain: `${HOST}:${port}` } });
+  await app.fastify.listen({ port, host: HOST });
   return { app, url: `http://${HOST}:${port}` };
 }
 

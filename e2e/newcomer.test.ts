@@ -1,11 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PRESETS, encodedBytes, type Precision } from '@train-at-home/model';
 import { SMALL_BOUNDARY } from '../server/src/run-config';
+import type { Page } from 'playwright-core';
 import { HOST, launchBrowser, screenshot, tabView } from './lib';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -14,18 +15,48 @@ const dbDir = mkdtempSync(join(tmpdir(), 'tah-newcomer-'));
 let coordinator: ChildProcess | undefined;
 let output = '';
 let browser: Awaited<ReturnType<typeof launchBrowser>> | undefined;
+let tab: Page;
+const url = `http://${HOST}:${PORT}`;
+/** When the coordinator first answered: the run's emission clock starts about then. */
+let firstUpAt = 0;
+
+/** Starts the coordinator in a process group of its own (npm start, or the coordinator alone on a restart). */
+function startCoordinator(command: string[]): ChildProcess {
+  const child = spawn(command[0]!, command.slice(1), { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  // The coordinator's own log, without a line per HTTP request (this test polls often).
+  const keep = (c: Buffer): void => {
+    const lines = c.toString().split('\n').filter((l) => l && !/"msg":"(incoming request|request completed)"/.test(l));
+    if (lines.length) output = (output + lines.map((l) => `[${new Date().toISOString().slice(11, 23)}] ${l}`).join('\n') + '\n').slice(-20_000);
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  return child;
+}
+
+/** Stops the coordinator as Ctrl-C in its terminal would: npm, the coordinator, its validator and local miners. */
+async function stopCoordinator(child: ChildProcess | undefined): Promise<void> {
+  if (!child?.pid || child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  process.kill(-child.pid, 'SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const json = async (path: string): Promise<any> => (await fetch(`${url}${path}`)).json();
 
 afterAll(async () => {
   await browser?.close();
-  if (coordinator?.pid) {
-    const exited = new Promise((r) => coordinator!.once('exit', r));
-    process.kill(-coordinator.pid, 'SIGTERM'); // npm, the coordinator, its validator and local miners
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-    try {
-      process.kill(-coordinator.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
+  await stopCoordinator(coordinator);
+  // Its local miners outlive it (for a restart to take them over): this test ends them.
+  try {
+    for (const { pid } of JSON.parse(readFileSync(join(dbDir, 'db', 'local-miners.json'), 'utf8')) as Array<{ pid: number }>) process.kill(pid, 'SIGTERM');
+  } catch {
+    // none recorded, or gone
   }
   rmSync(dbDir, { recursive: true, force: true });
 });
@@ -40,10 +71,7 @@ afterAll(async () => {
  */
 describe("a newcomer's first minutes", () => {
   it('npm start, open the page, press Join: the lone tab is training within two minutes', async () => {
-    coordinator = spawn('npm', ['start', '--', '--port', String(PORT), '--data-dir', join(dbDir, 'db')], { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-    coordinator.stdout!.on('data', (c: Buffer) => (output = (output + c.toString()).slice(-20_000)));
-    coordinator.stderr!.on('data', (c: Buffer) => (output = (output + c.toString()).slice(-20_000)));
-    const url = `http://${HOST}:${PORT}`;
+    coordinator = startCoordinator(['npm', 'start', '--', '--port', String(PORT), '--data-dir', join(dbDir, 'db')]);
     await expect
       .poll(async () => fetch(`${url}/api/status`).then((r) => r.status, () => 0), { timeout: 180_000, interval: 1000 })
       .toBe(200)
@@ -51,12 +79,16 @@ describe("a newcomer's first minutes", () => {
         console.log(output);
         throw e;
       });
+    firstUpAt = Date.now();
     const status = await (await fetch(`${url}/api/status`)).json();
     expect(status.run).toMatchObject({ preset: 'small', stages: 3, bottleneck: SMALL_BOUNDARY.bottleneck, codec: SMALL_BOUNDARY.codec });
     expect(status.localMiners.max).toBe(3);
 
+    // A local run settles its emission epochs within minutes (LOCAL_INCENTIVES), not after an hour.
+    expect(status.run.incentives.epochMs).toBeLessThanOrEqual(180_000);
+
     browser = await launchBrowser();
-    const tab = await browser.context.newPage();
+    tab = await browser.context.newPage();
     tab.on('pageerror', (e) => console.log(`[newcomer tab] page error: ${e.message}`));
     await tab.goto(url);
     const joinedAt = Date.now();
@@ -87,10 +119,112 @@ describe("a newcomer's first minutes", () => {
     const floor = (rows * dModel * 4) / (plain + 2 * rows + 512);
     await expect.poll(async () => Number((await tab.getByTestId('saved').getAttribute('data-ratio')) ?? 0), { timeout: 30_000 }).toBeGreaterThan(floor);
     console.log(`e2e: the tab's boundaries carry ${await tab.getByTestId('saved').textContent()} (at least ${floor.toFixed(0)}× expected)`);
+    await tab.setViewportSize({ width: 1280, height: 800 });
     await screenshot(tab, 'newcomer.png');
     // The page fits a phone-sized screen.
     await tab.setViewportSize({ width: 390, height: 844 });
     await expect.poll(() => tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
     await screenshot(tab, 'newcomer-phone.png');
+    await tab.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  it('the coordinator stops: the page says it is unreachable; restarted, the tab trains again within 20 s with no surplus local miner', async () => {
+    const before = await tabView(tab);
+    await stopCoordinator(coordinator);
+    const stoppedAt = Date.now();
+    // The page names the lost coordinator and when it tries again, within 10 s.
+    await expect
+      .poll(async () => ((await tab.getByTestId('coordinator').count()) ? await tab.getByTestId('coordinator').textContent() : ''), { timeout: 10_000, interval: 250 })
+      .toMatch(/^Coordinator unreachable — retrying (now|in \d+ s)/);
+    console.log(`e2e: ${((Date.now() - stoppedAt) / 1000).toFixed(1)} s after the stop the page says “${await tab.getByTestId('coordinator').textContent()}”`);
+    expect(await tab.getByTestId('nav-training').getAttribute('data-ok')).toBe('false');
+    await tab.setViewportSize({ width: 1280, height: 800 });
+    await screenshot(tab, 'train-unreachable.png');
+
+    // Restarted as after Ctrl-C, with the same command: npm start (it builds the app again first), same port and database.
+    coordinator = startCoordinator(['npm', 'start', '--', '--port', String(PORT), '--data-dir', join(dbDir, 'db')]);
+    await expect.poll(async () => fetch(`${url}/api/status`).then((r) => r.status, () => 0), { timeout: 120_000, interval: 250 }).toBe(200);
+    const answeredAt = Date.now();
+    const m0 = (await tabView(tab)).microbatches;
+    // What the run does while it recovers, second by second (printed when it fails).
+    const timeline: string[] = [];
+    const watch = setInterval(() => {
+      void Promise.all([tabView(tab), json('/api/dashboard').catch(() => undefined), tab.getByTestId('why').count().then((n) => (n ? tab.getByTestId('why').textContent() : ''))]).then(([v, d, why]) => {
+        const stages = d?.swarm?.stages?.map((s: { miners: Array<{ state: string }> }) => s.miners.map((m) => m.state).join('+') || '-').join(' | ');
+        timeline.push(`+${((Date.now() - answeredAt) / 1000).toFixed(1)} s: tab ${v.phase}/${v.microbatches} ${why ?? ''}; swarm ${stages}`);
+      }, () => {});
+    }, 1000);
+    // Local miners started meanwhile, sampled while the run recovers: never more than the stages the tab leaves empty.
+    let mostLocal = 0;
+    const sampleLocal = setInterval(() => void json('/api/status').then((s) => (mostLocal = Math.max(mostLocal, s.localMiners.running)), () => {}), 250);
+    try {
+      await expect
+        .poll(
+          async () => {
+            const v = await tabView(tab);
+            return v.phase === 'training' && v.microbatches > m0 && (await tab.getByTestId('coordinator').count()) === 0;
+          },
+          { timeout: 20_000, interval: 250 },
+        )
+        .toBe(true)
+        .catch(async (e: unknown) => {
+          console.log(timeline.join('\n'), '\n', JSON.stringify(await tabView(tab)), await tab.locator('.log').innerText(), '\n', output.slice(-6000));
+          await screenshot(tab, 'restart-failed.png');
+          throw e;
+        });
+      console.log(`e2e: the tab trains again ${((Date.now() - answeredAt) / 1000).toFixed(1)} s after the restarted coordinator answered (${((Date.now() - stoppedAt) / 1000).toFixed(1)} s after the stop)`);
+      // Every stage held by one miner, each of them training: no local miner sits idle beside another.
+      await expect
+        .poll(
+          async () => {
+            const swarm = (await json('/api/dashboard')).swarm as { stages: Array<{ miners: Array<{ state: string }> }> };
+            return swarm.stages.map((s) => s.miners.map((m) => m.state).join('+')).join(' | ');
+          },
+          { timeout: 30_000, interval: 500 },
+        )
+        .toBe('training | training | training');
+      console.log(`e2e: the swarm trains again ${((Date.now() - answeredAt) / 1000).toFixed(1)} s after the restart; local miners at most ${mostLocal}`);
+    } finally {
+      clearInterval(sampleLocal);
+      clearInterval(watch);
+    }
+    console.log(timeline.join('\n'));
+    expect(mostLocal).toBeLessThanOrEqual(2);
+    expect((await json('/api/status')).localMiners.running).toBe(2);
+  });
+
+  it('the first epoch settles within minutes; the Dashboard marks this tab "you", shows the outage as a gap and the leaderboard; Rewards shows the balance', async () => {
+    // Through the page's own links: the tab keeps its miner (and its identity) across pages.
+    await tab.getByTestId('nav-dashboard').click();
+    await expect.poll(() => tab.getByTestId('connection').getAttribute('data-state'), { timeout: 30_000 }).toBe('live');
+    await expect.poll(() => tab.getByTestId('you').count(), { timeout: 30_000 }).toBe(1);
+    expect(await tab.locator('[data-testid="miner"][data-you="true"]').getAttribute('data-state')).toBe('training');
+    // The outage: no loss arrived while the coordinator was down, and the chart breaks its lines there.
+    await expect.poll(async () => Number(await tab.getByTestId('loss-chart').getAttribute('data-gaps')), { timeout: 30_000 }).toBeGreaterThanOrEqual(1);
+    // The first epoch settles within the run's first minutes, and the leaderboard lists its miners.
+    await expect.poll(async () => (await json('/api/epochs')).epochs.length, { timeout: 360_000, interval: 2000 }).toBeGreaterThan(0);
+    const settled = (await json('/api/epochs')).epochs as Array<{ epoch: number; settledAt: string }>;
+    console.log(`e2e: epoch ${settled[settled.length - 1]!.epoch} settled ${((Date.parse(settled[settled.length - 1]!.settledAt) - firstUpAt) / 1000).toFixed(0)} s after the coordinator first answered`);
+    await expect.poll(() => tab.getByTestId('leader').count(), { timeout: 60_000, interval: 1000 }).toBeGreaterThan(0);
+    await tab.setViewportSize({ width: 1280, height: 800 });
+    expect(await tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(1280);
+    await screenshot(tab, 'dashboard-you.png');
+    await tab.setViewportSize({ width: 390, height: 844 });
+    await expect.poll(() => tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
+    await screenshot(tab, 'dashboard-you-phone.png');
+
+    await tab.getByTestId('nav-rewards').click();
+    await tab.setViewportSize({ width: 1280, height: 800 });
+    // No wallet extension in this browser: the page says what to do, beside this tab's miner.
+    await tab.getByTestId('connect-wallet').click();
+    await expect.poll(() => tab.getByTestId('wallet-guidance').getAttribute('data-kind'), { timeout: 30_000 }).toBe('no-extension');
+    await screenshot(tab, 'rewards.png');
+    await tab.setViewportSize({ width: 390, height: 844 });
+    await expect.poll(() => tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
+    await screenshot(tab, 'rewards-phone.png');
+    await tab.getByTestId('nav-train').click();
+    await screenshot(tab, 'train-phone.png');
+    await tab.setViewportSize({ width: 1280, height: 800 });
+    await screenshot(tab, 'train.png');
   });
 });

@@ -9,7 +9,9 @@ const browsers: Array<Awaited<ReturnType<typeof launchBrowser>>> = [];
 const tabs: Page[] = [];
 
 beforeAll(async () => {
-  ({ app, url } = await startCoordinator({ name: 'e2e', ...E2E_RUN }));
+  // A quarter of the tabs' rounds audited (about 5 in the run): the validator replays the tabs' WASM rounds
+  // on its own (Node) WASM. Every round would keep one core of the two busy replaying batches of 32.
+  ({ app, url } = await startCoordinator({ name: 'e2e', ...E2E_RUN, incentives: { auditRate: 0.25 } }));
   browsers.push(await launchBrowser(), await launchBrowser());
 });
 afterAll(async () => {
@@ -68,6 +70,15 @@ describe('Train at Home in Chromium tabs', () => {
     }
     expect(matched).toBeGreaterThan(0);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
+
+    // The tabs' whole rounds replayed bit for bit in the validator (Chromium's WASM and Node's agree): audits
+    // passed, none failed or went unanswered, and no honest tab was flagged.
+    const audits = await app.db.query<{ status: string; reason: string | null; detail: unknown }>('SELECT status, reason, detail FROM audits ORDER BY created_at');
+    console.log(`e2e: audits ${JSON.stringify(audits.map((a) => `${a.status}${a.reason ? `:${a.reason}` : ''}`))}`);
+    for (const a of audits.filter((a) => a.status === 'failed')) console.log(`e2e: failed audit ${JSON.stringify(a.detail).slice(0, 600)}`);
+    expect(audits.filter((a) => a.status === 'passed').length).toBeGreaterThan(0);
+    expect(audits.filter((a) => a.status === 'failed' || a.status === 'unanswered')).toEqual([]);
+    expect(await app.db.query('SELECT miner_id, kind, reason FROM flags')).toEqual([]);
   });
 
   it('a paused tab leaves the run and says so; resumed, it joins again and trains', async () => {

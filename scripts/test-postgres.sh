@@ -23,7 +23,11 @@ as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w \
   -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
 echo "test-postgres: PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT"
 
-# The 3 × 2 training test (replicas.test.ts, 5 min of training) and the 19-miner adversarial run
-# (adversarial.test.ts, 3 min) run once, on PGlite; every other server test runs again here. Pass a file to run only that one (e.g. server/src/replicas.test.ts).
+# Tests of the swarm's own behaviour, whose database work is bookkeeping every other server test also does,
+# run once, on PGlite: the 3 × 2 training run (replicas.test.ts, 5 min), the 26-miner adversarial run
+# (adversarial.test.ts, 4 min), churn, rebalancing, lying owners, CenteredClip, phases, mesh and pipeline
+# (3.5 min together). Every other server test (money, schemas, restarts, checkpoints' bytes, validator,
+# hardening) runs again here. Pass a file to run only that one (e.g. server/src/replicas.test.ts).
+SWARM_ONLY=(replicas adversarial churn rebalance liar centered-clip phases mesh pipeline)
 if [ $# -gt 0 ]; then TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" npx vitest run "$@"
-else TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" npx vitest run server --exclude server/src/replicas.test.ts --exclude server/src/adversarial.test.ts; fi
+else TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" npx vitest run server $(printf -- '--exclude server/src/%s.test.ts ' "${SWARM_ONLY[@]}"); fi

@@ -3,17 +3,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from './app';
 import { listeningCoordinator } from './test-miners';
 import { CHEATS, type CheatName } from './testing/cheats';
+import { latestCheckpoint } from './routes/checkpoints';
 import { MinerSwarm } from './testing/swarm';
 import { verifiedWork } from './validator/accounting';
+import { ValidatorCompute } from './validator/compute';
 
 /**
  * The validator against cheaters, in a real run: 12 honest miners and one of
- * each kind of cheat (testing/cheats.ts) over 3 stages, in two miner
+ * each kind of cheat (testing/cheats.ts) over 3 stages, in three miner
  * processes (real WebRTC between all of them), with the real coordinator and
  * the validator's own process. Epochs last EPOCH_MS and are settled
- * SETTLE_AFTER_MS after they end; every cheater must be flagged for the right
- * reason before the first is settled, and earn nothing in either, no honest
- * miner may be flagged, and the held-out loss must still fall.
+ * SETTLE_AFTER_MS after they end, once the audits of their rounds are done;
+ * every cheater must be flagged for the right reason within the first three
+ * epochs with work and earn nothing in any epoch it worked in, no honest miner may be flagged,
+ * every honest miner is paid, and the held-out loss must still fall.
  */
 const EPOCH_MS = 60_000;
 /** Evidence about an epoch's work keeps arriving after it ends: it is settled this much later. */
@@ -31,9 +34,13 @@ beforeAll(async () => {
     stages: 3,
     bottleneck: 32,
     training: { batchSize: 8, peakLr: 0.006, warmupSteps: 10, totalSteps: 600 },
-    // Merges at least every 12 s: each is a moment every replica's weights are known (exact replays).
-    merge: { every: 4, maxTrainingMs: 12_000, readyMs: 10_000, senderMs: 10_000, reducerMs: 5_000, roundMs: 30_000 },
-    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: EMISSION.toString(), spotCheckRate: 1, probeTimeoutMs: 15_000, windowEpochs: 2 },
+    // Merges at least every 20 s: each is a moment every replica's weights are known (exact replays). Every round is
+    // audited (auditRate 1): detection here is certain, not a draw (bench:audit measures it at a rate below 1), and
+    // the validator replays every miner's whole round, about twice what it can keep up with on this machine (the
+    // audit rate halves under the backlog, and settlement waits for the audits of each epoch's rounds). Rounds of
+    // 40 s cost no less: an audit's cost is its round's work.
+    merge: { every: 16, maxTrainingMs: 20_000, readyMs: 10_000, senderMs: 10_000, reducerMs: 5_000, roundMs: 30_000 },
+    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: EMISSION.toString(), spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, auditRate: 1, auditTimeoutMs: 40_000 },
   }));
 });
 afterAll(async () => {
@@ -44,11 +51,11 @@ afterAll(async () => {
 const get = async <T,>(path: string): Promise<T> => (await app.fastify.inject({ method: 'GET', url: path })).json() as T;
 
 describe('the validator against cheaters', () => {
-  it('flags every cheater for the right reason within two epochs, pays them nothing, never flags an honest miner, and the run still learns', async () => {
-    // 19 miners register at once (the coordinator balances the stages: 7, 6, 6), then take their roles by stage.
-    const miners = await swarm.start(url, [10, 9]);
+  it('flags every cheater for the right reason within three epochs, pays them nothing, never flags an honest miner, and the run still learns', async () => {
+    // 26 miners in three processes (fewer per event loop: a heartbeat late behind 13 miners' compute cost connections) register at once; the coordinator balances the stages (9, 9 and 8 in some order), then they take their roles by stage.
+    const miners = await swarm.start(url, [9, 9, 8]);
     const byStage = [0, 1, 2].map((stage) => miners.filter((m) => m.stage === stage).map((m) => m.minerId).sort());
-    expect(byStage.map((s) => s.length)).toEqual([7, 6, 6]);
+    expect(byStage.map((s) => s.length).sort()).toEqual([8, 9, 9]);
     const roles = new Map<string, CheatName | null>(miners.map((m) => [m.minerId, null]));
     for (const [name, cheat] of Object.entries(CHEATS) as Array<[CheatName, (typeof CHEATS)[CheatName]]>) {
       roles.set(byStage[cheat.stage]!.find((id) => roles.get(id) === null)!, name);
@@ -57,28 +64,58 @@ describe('the validator against cheaters', () => {
     const honest = [...roles].filter(([, c]) => !c).map(([id]) => id);
     const cheaters = [...roles].filter(([, c]) => c) as Array<[string, CheatName]>;
     expect(honest.length).toBe(12);
-    expect(cheaters.length).toBe(7);
+    expect(cheaters.length).toBe(14);
     const role = (id: string): string => roles.get(id) ?? 'HONEST';
 
-    // Two epochs settled (the run's clock started with the coordinator).
+    // Three epochs with work settled. The run's clock started with the coordinator, and the swarm's start on two
+    // cores can take the whole first minute: an epoch nobody finished a microbatch in pays no one (checked below),
+    // and the three epochs judged are the first with verified work and the two after it.
     const started = Date.now();
+    const reported = new Set<string>();
     let first: number | undefined;
+    const hadWork = new Map<number, boolean>();
+    const withWork = async (epoch: number): Promise<boolean> => {
+      if (!hadWork.has(epoch)) {
+        const s = await get<{ startsAt: string; endsAt: string }>(`/api/epochs/${epoch}`);
+        hadWork.set(epoch, (await verifiedWork(app.db, app.coordinator.runId, new Date(s.startsAt), new Date(s.endsAt))).work.size > 0);
+      }
+      return hadWork.get(epoch)!;
+    };
+    let firstWorked = -1;
+    // Held-out loss of the latest checkpoints, computed here as the validator does: the validator's own queue is
+    // minutes deep in audits and replays by the end of the run, and its held-out evaluations come last in it.
+    const compute = new ValidatorCompute(app.coordinator.run);
+    await compute.init();
+    const heldOut = async (): Promise<number | undefined> => {
+      const blobs = await Promise.all([0, 1, 2].map((s) => latestCheckpoint(app.coordinator, s)));
+      return blobs.every((b) => b) ? (await compute.evaluate(blobs.map((b) => b!.data))).heldOutLoss : undefined;
+    };
     await expect
       .poll(
         async () => {
-          first ??= (await app.validator.evaluate())?.heldOutLoss;
+          first ??= await heldOut();
           const { epochs } = await get<{ epochs: Array<{ epoch: number }> }>('/api/epochs');
-          const flags = await app.db.query<{ miner_id: string; kind: string }>('SELECT miner_id, kind FROM flags');
+          const flags = await app.db.query<{ miner_id: string; kind: string; reason: string }>('SELECT miner_id, kind, reason FROM flags');
+          for (const f of flags) if (!roles.get(f.miner_id) && !reported.has(f.miner_id)) (reported.add(f.miner_id), console.log(`adversarial: HONEST FLAGGED ${f.miner_id.slice(0, 8)}: ${f.kind}: ${f.reason}`));
           const losses = (await app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'train_loss'`))[0]!.n;
           console.log(
             `adversarial: ${Math.round((Date.now() - started) / 1000)} s, ${losses} microbatches, rounds ${JSON.stringify(app.coordinator.phases.status().map((s) => s.round))}, ` +
-              `settled ${JSON.stringify(epochs.map((e) => e.epoch))}, spot checks ${JSON.stringify(app.validator.spotChecks.stats)}, flags ${JSON.stringify(flags.map((f) => `${role(f.miner_id)}:${f.kind}`))}`,
+              `settled ${JSON.stringify(epochs.map((e) => e.epoch))}, spot checks ${JSON.stringify(app.validator.spotChecks.stats)}, audits ${JSON.stringify(app.validator.audits.stats)}, flags ${JSON.stringify(flags.map((f) => `${role(f.miner_id)}:${f.kind}`))}`,
           );
-          return epochs.length;
+          // Epochs settle in order: the settled ones from the first with verified work on.
+          const settled = epochs.map((e) => e.epoch).sort((a, b) => a - b);
+          for (const e of settled) if (firstWorked < 0 && (await withWork(e))) firstWorked = e;
+          return firstWorked < 0 ? 0 : settled.filter((e) => e >= firstWorked).length;
         },
-        { timeout: 2 * EPOCH_MS + SETTLE_AFTER_MS + 120_000, interval: 10_000 },
+        // Settlement waits for the audits of every round with work in the epoch: every round of 26 miners keeps this
+        // validator busy. (One epoch more when the first had no work.)
+        { timeout: 4 * EPOCH_MS + SETTLE_AFTER_MS + 420_000, interval: 10_000 },
       )
-      .toBeGreaterThanOrEqual(2);
+      .toBeGreaterThanOrEqual(3);
+    console.log(`adversarial: the first epoch with verified work is ${firstWorked}`);
+    // What follows reads what the run stored: the miners can go.
+    const last = await heldOut();
+    swarm.stop();
 
     const flags = await app.db.query<{ miner_id: string; kind: string; reason: string }>('SELECT miner_id, kind, reason FROM flags ORDER BY id');
     for (const f of flags) console.log(`adversarial: flag ${role(f.miner_id)}: ${f.kind}: ${f.reason}`);
@@ -87,14 +124,40 @@ describe('the validator against cheaters', () => {
       const mine = checks.filter((c) => c.miner_id === id);
       console.log(`adversarial: ${name ?? 'honest'} (stage ${miners.find((m) => m.minerId === id)!.stage}): ${mine.filter((c) => c.passed).length} checks passed, ${mine.filter((c) => !c.passed).length} failed`);
     }
+    // Each miner's audits and merge rounds (to see why a cheater was or was not caught).
+    const audits = await app.db.query<{ miner_id: string; status: string; reason: string | null }>('SELECT miner_id, status, reason FROM audits ORDER BY created_at');
+    for (const a of await app.db.query<{ miner_id: string; round: number; detail: unknown; created_at: Date }>(`SELECT miner_id, round, detail, created_at FROM audits WHERE reason = 'NO_CHECKPOINT' ORDER BY created_at`))
+      console.log(`adversarial: NO_CHECKPOINT ${role(a.miner_id)} ${a.miner_id.slice(0, 8)} round ${a.round} at ${a.created_at.toISOString()}: ${JSON.stringify(a.detail)}`);
+    for (const e of await app.db.query<{ stage: number; epoch: number; participants: string[] | string | null; merged_hash: string | null }>('SELECT stage, epoch, participants, merged_hash FROM epochs ORDER BY stage, epoch')) {
+      const p = (typeof e.participants === 'string' ? JSON.parse(e.participants) : e.participants) as string[] | null;
+      const events = await app.db.query<{ kind: string; miner_id: string | null }>('SELECT kind, miner_id FROM merge_events WHERE stage = $1 AND round = $2', [e.stage, e.epoch]);
+      if (events.length) console.log(`adversarial: merge stage ${e.stage} round ${e.epoch}: ${p?.length ?? 0} participants, uploader ${p?.[0] ? `${role(p[0])} ${p[0].slice(0, 8)}` : '-'}, hash ${e.merged_hash?.slice(0, 12) ?? '-'}, events ${JSON.stringify(events.map((x) => `${x.kind}:${x.miner_id ? role(x.miner_id) : ''}`))}`);
+    }
+    const rounds = await app.db.query<{ participants: string[] | string | null }>('SELECT participants FROM epochs');
+    for (const [id, name] of [...roles]) {
+      const inRounds = rounds.filter((r) => ((typeof r.participants === 'string' ? JSON.parse(r.participants) : r.participants) ?? []).includes(id)).length;
+      console.log(`adversarial: ${name ?? 'honest'} ${id.slice(0, 8)}: in ${inRounds} merge rounds, audits ${JSON.stringify(audits.filter((a) => a.miner_id === id).map((a) => a.reason ?? a.status))}`);
+    }
     // What an honest miner was flagged for, or failed, with the evidence (to find the cause if it ever happens).
     const honestFlags = await app.db.query<{ miner_id: string; kind: string; reason: string; evidence: unknown }>('SELECT miner_id, kind, reason, evidence FROM flags ORDER BY id');
     for (const f of honestFlags.filter((f) => honest.includes(f.miner_id))) console.log(`adversarial: HONEST FLAGGED ${f.miner_id.slice(0, 8)}: ${f.kind}: ${f.reason} ${JSON.stringify(f.evidence).slice(0, 1500)}`);
+    for (const f of honestFlags.filter((f) => honest.includes(f.miner_id) && /AUDIT_INCOMPLETE/.test(f.reason))) {
+      // The miner's round boundaries as the coordinator saw them, and when the transfers left out arrived.
+      const stage = (f.evidence as { stage: number }).stage;
+      const ready = await app.db.query<{ round: number; ready_at: Date }>('SELECT round, ready_at FROM round_commitments WHERE miner_id = $1 AND stage = $2 ORDER BY round', [f.miner_id, stage]);
+      const merged = await app.db.query<{ epoch: number; at: string | null; ended: Date | null }>('SELECT epoch, merged_at ->> $1 AS at, ended_at AS ended FROM epochs WHERE stage = $2 ORDER BY epoch', [f.miner_id, stage]);
+      const ids = [...f.reason.matchAll(/(activation|gradient) ([0-9a-f]{32})/g)].map((m) => m[2]!);
+      const sent = await app.db.query<{ activation_id: string; direction: string; reporter: string; created_at: Date }>('SELECT activation_id, direction, reporter, created_at FROM receipts WHERE activation_id = ANY($1::text[]) ORDER BY created_at', [ids]);
+      console.log(`adversarial: INCOMPLETE ${f.miner_id.slice(0, 8)} ready ${JSON.stringify(ready.map((r) => [r.round, r.ready_at.toISOString()]))} merged ${JSON.stringify(merged.map((m) => [m.epoch, m.at, m.ended?.toISOString() ?? null]))} left out ${JSON.stringify(sent.map((r) => [r.activation_id.slice(0, 8), r.direction, r.reporter === f.miner_id ? 'self' : 'peer', r.created_at.toISOString()]))}`);
+    }
     const failed = await app.db.query<{ miner_id: string; kind: string; activation_id: string; reference_round: number; metrics: unknown; created_at: Date }>(
       'SELECT miner_id, kind, activation_id, reference_round, metrics, created_at FROM spot_checks WHERE NOT passed ORDER BY id',
     );
     for (const c of failed.filter((c) => honest.includes(c.miner_id)))
       console.log(`adversarial: HONEST FAILED ${c.miner_id.slice(0, 8)} ${c.kind} ${c.activation_id.slice(0, 8)} round ${c.reference_round} at ${c.created_at.toISOString()}: ${JSON.stringify(c.metrics)}`);
+    // Every audited round of an honest miner had weights to start from: the round's agreed checkpoint (asked of
+    // another replica when the one named did not send it), or its own weights in its record when its merge ended elsewhere.
+    expect(audits.filter((a) => honest.includes(a.miner_id) && ['NO_CHECKPOINT', 'START_UNCOMMITTED'].includes(a.reason ?? ''))).toEqual([]);
     // No honest miner is flagged, and none failed an exact replay.
     expect(flags.filter((f) => honest.includes(f.miner_id))).toEqual([]);
     expect(checks.filter((c) => honest.includes(c.miner_id) && !c.passed)).toEqual([]);
@@ -102,7 +165,8 @@ describe('the validator against cheaters', () => {
     for (const [id, name] of cheaters) expect(flags.some((f) => f.miner_id === id && (CHEATS[name].flags as readonly string[]).includes(f.kind)), name).toBe(true);
 
     const paidOnce: string[] = [];
-    for (const epoch of [0, 1]) {
+    const cheatersWorked = new Set<string>();
+    for (let epoch = 0; epoch < firstWorked + 3; epoch++) {
       const settlement = await get<{
         startsAt: string;
         endsAt: string;
@@ -110,8 +174,13 @@ describe('the validator against cheaters', () => {
         payouts: Array<{ account: string; amount: string; miners: string[]; proof: string[] }>;
         scores: Array<{ miner: string; score: number; work: number; flagged: boolean }>;
       }>(`/api/epochs/${epoch}`);
+      if (epoch < firstWorked) {
+        // Nobody finished a verified microbatch in it (the swarm was still starting): nothing is paid.
+        expect(settlement.payouts, `payouts of epoch ${epoch}, which had no verified work`).toEqual([]);
+        continue;
+      }
       // Payouts sum to the emission exactly, and each proof verifies against the epoch's root.
-      expect(settlement.payouts.reduce((n, p) => n + BigInt(p.amount), 0n)).toBe(EMISSION);
+      expect(settlement.payouts.reduce((n, p) => n + BigInt(p.amount), 0n), `payouts of epoch ${epoch} (first with work ${firstWorked}): ${settlement.payouts.length}, scores ${JSON.stringify(settlement.scores.map((x) => [role(x.miner), x.work, x.score]))}`).toBe(EMISSION);
       for (const p of settlement.payouts) expect(verifyPayout(settlement.merkleRoot, p.account, p.amount, p.proof)).toBe(true);
       // Cheaters earn nothing; every cheater with verified work in the epoch (the work accounting
       // recomputed here) is scored flagged, at zero. (A cheater caught at once, or whose payloads
@@ -122,21 +191,21 @@ describe('the validator against cheaters', () => {
       for (const [id, name] of worked) expect(settlement.scores.find((s) => s.miner === id), `${name} in epoch ${epoch}`).toMatchObject({ flagged: true, score: 0 });
       for (const [id, name] of cheaters) expect(payees.has(id), `${name} paid in epoch ${epoch}`).toBe(false);
       console.log(`adversarial: epoch ${epoch}: cheaters with verified work ${JSON.stringify(worked.map(([, name]) => name))}`);
-      // Cheaters worked in epoch 0 before they were caught: the checks above are not vacuous.
-      if (epoch === 0) expect(worked.length).toBeGreaterThan(0);
-      // Every honest miner with verified work in the epoch is paid for it. (How many had work in
-      // epoch 0 depends on how fast the miners started on this machine: it begins with the coordinator.)
+      for (const [id] of worked) cheatersWorked.add(id);
+      // Every honest miner with verified work in the epoch is paid for it. (How many had work in the
+      // first epoch depends on how fast the miners started on this machine: it begins with the coordinator.)
       const paid = honest.filter((id) => payees.has(id));
       const workedHonest = honest.filter((id) => (work.get(id) ?? 0) > 0);
       console.log(`adversarial: epoch ${epoch}: ${paid.length} of 12 honest miners paid, ${workedHonest.length} had verified work`);
       for (const id of workedHonest) expect(payees.has(id), `honest miner ${id.slice(0, 8)} (stage ${miners.find((m) => m.minerId === id)!.stage}) unpaid in epoch ${epoch}`).toBe(true);
       paidOnce.push(...paid);
     }
-    // …and over the two epochs every honest miner was paid.
+    // Cheaters did verified work before they were caught: the checks above are not vacuous.
+    expect(cheatersWorked.size).toBeGreaterThan(0);
+    // …and over the three epochs every honest miner was paid (the first minute is the swarm starting on two cores).
     expect(new Set(paidOnce).size).toBe(honest.length);
     // The run still learns.
-    const last = await app.validator.evaluate();
-    console.log(`adversarial: held-out ${first?.toFixed(3)} → ${last?.heldOutLoss.toFixed(3)} (bigram ${last?.bigramLoss.toFixed(3)})`);
-    expect(last!.heldOutLoss).toBeLessThan(first!);
-  }, 600_000);
+    console.log(`adversarial: held-out ${first?.toFixed(3)} → ${last?.toFixed(3)}`);
+    expect(last!).toBeLessThan(first!);
+  }, 840_000);
 });

@@ -15,6 +15,7 @@ import { DashboardFeed } from './dashboard/feed';
 import { checkpointRoutes } from './routes/checkpoints';
 import { dashboardRoutes } from './routes/dashboard';
 import { incentiveRoutes } from './routes/incentives';
+import { auditRoutes } from './routes/audits';
 import { probeRoutes } from './routes/probes';
 import { rewardRoutes } from './routes/rewards';
 import { statusRoutes } from './routes/status';
@@ -103,7 +104,8 @@ export interface App {
   feed: DashboardFeed;
   /** Miners this coordinator starts for empty stages (after `localMiners.start(url)`). */
   localMiners: LocalMiners;
-  close(): Promise<void>;
+  /** Stops the coordinator; `keepLocalMiners`: its local miners stay running for a restarted coordinator to take over. */
+  close(options?: { keepLocalMiners?: boolean }): Promise<void>;
 }
 
 /** A gap this much longer than the sweep's period means this process stalled (its timers ran late). */
@@ -140,10 +142,20 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   await cryptoReady();
   const rewards = rewardsSettings(options.rewards); // a bad domain fails here, before anything opens
   const limits = { ...DEFAULT_HTTP_LIMITS, ...options.http };
-  const fastify = Fastify({ logger: options.logger ?? false, bodyLimit: 64 * 1024, serverFactory: (handler) => httpServer(handler, limits) });
+  const fastify = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: 64 * 1024,
+    serverFactory: (handler) => httpServer(handler, limits),
+    // Schemas hold as written: Fastify's default Ajv turned a one-element array into the string it
+    // wraps and dropped unknown fields, so a body the docs refuse (400) was taken. Query strings are
+    // strings too, and their schemas say so (routes/rewards.ts).
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
+  });
   // A failure of the coordinator's own is logged in full and answered without its internals.
-  fastify.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
+  fastify.setErrorHandler((err: Error & { statusCode?: number; validation?: unknown }, req, reply) => {
     if (err instanceof RateLimited) return reply.code(429).send(err.body);
+    // A body or query that does not fit its route, JSON that does not parse: the API's named refusal.
+    if (err.validation || err.statusCode === 400) return reply.code(400).send({ error: 'BAD_REQUEST', message: err.message });
     if ((err.statusCode ?? 500) < 500) return reply.send(err); // Fastify's own answer to a bad request
     req.log.error({ err }, 'request failed');
     return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
@@ -158,6 +170,9 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   });
   const db = await openDatabase(options.database ?? {});
   const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
+  // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
+  const [seen] = await db.query<{ at: Date | string | null }>(`SELECT max(last_seen_at) AS at FROM miners WHERE run_id = $1`, [coordinator.runId]);
+  if (seen?.at) coordinator.outage = { from: new Date(seen.at).toISOString(), to: new Date().toISOString() };
   // Miners that were active when the coordinator stopped must reconnect and register again.
   await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
   const validator = new Validator(coordinator);
@@ -166,6 +181,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   await fastify.register(checkpointRoutes, { coordinator });
   await fastify.register(incentiveRoutes, { coordinator });
   await fastify.register(probeRoutes, { spotChecks: validator.spotChecks });
+  await fastify.register(auditRoutes, { audits: validator.audits, coordinator });
   await fastify.register(rewardRoutes, { coordinator, settings: rewards });
   if (options.dataRoot && existsSync(options.dataRoot)) {
     // Only the prepared datasets (manifest, tokenizer, shards); byte ranges let a tab fetch windows.
@@ -207,9 +223,9 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     validator,
     feed,
     localMiners,
-    async close() {
+    async close(closeOptions: { keepLocalMiners?: boolean } = {}) {
       clearInterval(sweep);
-      await localMiners.close();
+      await localMiners.close(closeOptions.keepLocalMiners);
       feed.close();
       io.close();
       await validator.close();

@@ -59,10 +59,23 @@ describe('checkpoints, late joiners and the held-out validator', () => {
   });
 
   it('stores the swarm\'s checkpoints; the validator evaluates them; a late joiner starts from them', async () => {
-    const swarm = [newMiner(generateIdentity(), 60), newMiner(generateIdentity()), newMiner(generateIdentity())];
+    const first = generateIdentity();
+    const swarm = [newMiner(first, 60), newMiner(generateIdentity()), newMiner(generateIdentity())];
     for (const m of swarm) await m.start();
     expect(swarm.map((m) => m.registration!.stage)).toEqual([0, 1, 2]);
     await expect.poll(() => swarm.every((m) => m.checkpointsUploaded >= 3), { timeout: 180_000, interval: 500 }).toBe(true);
+
+    // A round's checkpoint is the weights its replicas agreed on: other weights for a round that ended are refused, and change nothing.
+    const [ended] = await app.db.query<{ epoch: number; merged_hash: string }>(
+      `SELECT epoch, merged_hash FROM epochs WHERE run_id = $1 AND stage = 0 AND phase = 'training' AND merged_hash IS NOT NULL ORDER BY epoch DESC LIMIT 1`,
+      [app.coordinator.runId],
+    );
+    const other = exportStageWeightsSync(new Stage(stageSpecs(PRESETS.tiny, layout)[0]!, 2));
+    const { minerId, runId } = swarm[0]!.registration!;
+    const signed = { 'x-miner-id': minerId, 'x-step': String(ended!.epoch), 'x-signature': first.sign('checkpoint', { runId, stage: 0, step: ended!.epoch, hash: contentHash(other) }) };
+    expect(await put(0, other, signed)).toEqual({ status: 409, error: 'CHECKPOINT_MISMATCH' });
+    const [kept] = await app.db.query<{ hash: string }>('SELECT hash FROM checkpoints WHERE run_id = $1 AND stage = 0 AND epoch = $2', [app.coordinator.runId, ended!.epoch]);
+    expect(kept?.hash ?? ended!.merged_hash).toBe(ended!.merged_hash);
 
     const result = await app.validator.evaluate();
     expect(result).toBeDefined();

@@ -25,15 +25,15 @@ describe('churn', () => {
   it('survives a miner killed mid-run: a newcomer takes its stage from the latest checkpoint, no microbatch counts twice, loss keeps falling', async () => {
     const timeout = ['--microbatch-timeout', '10000'];
     const started = [await miners.start(port, timeout), await miners.start(port, timeout), await miners.start(port, timeout)];
-    await expect.poll(() => started[1]!.output).toMatch(/stage 1 of 3/);
+    await expect.poll(() => started[1]!.output).toMatch(/stage 2 of 3/); // logs number stages from 1 for people
     await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(20);
 
     started[1]!.child.kill('SIGKILL'); // no goodbye: the process is gone
     await expect.poll(() => miners.activeMiners(), { timeout: 20_000, interval: 200 }).toBe(2);
     const atChurn = (await lossReports(app)).reports;
     const newcomer = await miners.start(port, timeout);
-    await expect.poll(() => newcomer.output, { timeout: 30_000 }).toMatch(/stage 1 of 3/);
-    await expect.poll(() => newcomer.output, { timeout: 30_000 }).toMatch(/loaded stage 1's latest checkpoint/);
+    await expect.poll(() => newcomer.output, { timeout: 30_000 }).toMatch(/stage 2 of 3/);
+    await expect.poll(() => newcomer.output, { timeout: 30_000 }).toMatch(/loaded stage 2's latest checkpoint/);
     // Enough steps after the churn that "still falling" is not a comparison of noise (10-sample means of single microbatches).
     await expect.poll(async () => (await lossReports(app)).reports, { timeout: 180_000, interval: 500 }).toBeGreaterThanOrEqual(atChurn + 40);
 

@@ -21,6 +21,11 @@ export class Coordinator {
   readonly flags: Flags;
   /** What the dashboard shows as it moves: miners' own reports, transfer rates, bytes. */
   readonly live: LiveState;
+  /**
+   * When this coordinator process started after another had run this run: from the last
+   * heartbeat that one stored to this start, nothing was recorded (the Dashboard draws it as a gap).
+   */
+  outage?: { from: string; to: string };
 
   constructor(
     readonly db: Database,

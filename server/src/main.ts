@@ -10,12 +10,16 @@
  * stage has nobody, start up to N headless miners on this machine to fill it
  * (local-miners.ts); by default one per stage, so one tab alone trains.
  * A hosted coordinator, whose stages are held by its visitors, sets 0.
+ * A new run with local miners settles an emission epoch every two minutes
+ * (LOCAL_INCENTIVES); with --local-miners 0, every hour (DEFAULT_INCENTIVES).
  */
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { PresetName, Precision } from '@train-at-home/model';
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
+import { LOCAL_INCENTIVES } from './run-config';
 
 const { values } = parseArgs({
   options: {
@@ -48,9 +52,14 @@ const app = await buildApp({
     stages: Number(values.stages),
     ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
     ...(values.codec ? { codec: values.codec as Precision } : {}),
+    // One person on their own machine sees a settled epoch in minutes; a hosted run keeps hour-long epochs.
+    ...(localMiners !== 0 ? { incentives: LOCAL_INCENTIVES } : {}),
   },
   rewards: { domain: values.domain ?? `localhost:${values.port}` },
   database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },
+  // Beside the database: a restart on this machine takes over the local miners still running.
+  // (With DATABASE_URL there is no such folder of ours: a restart starts new local miners.)
+  ...(process.env.DATABASE_URL ? {} : { localMiners: { stateFile: join(values['data-dir'], 'local-miners.json') } }),
 });
 await app.fastify.listen({ port: Number(values.port), host: values.host });
 // Local miners reach this coordinator on this machine.
@@ -59,6 +68,8 @@ const { port } = app.fastify.server.address() as { port: number };
 app.localMiners.start(`http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    app.close().then(() => process.exit(0), () => process.exit(1));
+    // Local miners stay: restarted within a minute, this coordinator takes them over with their
+    // weights and peers (local-miners.ts); otherwise they leave on their own.
+    app.close({ keepLocalMiners: true }).then(() => process.exit(0), () => process.exit(1));
   });
 }

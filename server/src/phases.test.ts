@@ -42,7 +42,7 @@ describe('merge deadlines', () => {
     const until = performance.now() + READY_MS + STALL_MS + 500;
     while (performance.now() < until);
     let refused: Error | undefined;
-    setImmediate(() => app.coordinator.phases.onReady(A, { v: PROTOCOL_VERSION, stage: 0, round, stateId: 'state', microbatches: 1 }).catch((e: Error) => (refused = e)));
+    setImmediate(() => app.coordinator.phases.onReady(A, { v: PROTOCOL_VERSION, stage: 0, round, stateId: 'state', microbatches: 1, weightsHash: 'ab'.repeat(32), optimizerHash: 'ab'.repeat(32), contributionRoots: { outer: 'ab'.repeat(32), average: 'ab'.repeat(32) } }).catch((e: Error) => (refused = e)));
 
     await expect.poll(() => first(A, 'merge-go'), { timeout: 5_000, interval: 20 }).toBeTruthy();
     expect(refused).toBeUndefined();

@@ -10,7 +10,7 @@ interface StageState {
   since: Date;
   triggeredAt?: Date;
   members: string[];
-  ready: Map<string, { stateId: string; microbatches: number }>;
+  ready: Map<string, { stateId: string; microbatches: number; roots: { outer: string; average: string } }>;
   readyDeadline: number;
   go?: MergeGo;
   merged: Map<string, { ok: boolean; hash: string; error?: string; clipped: number }>;
@@ -37,11 +37,23 @@ interface StageState {
  * A miner is never punished for the coordinator's own races: a late answer is
  * ignored, and its work simply counts toward the next round.
  */
+/** How long a closed round's checkpoint may take to come in before another replica with the same weights is asked for it. */
+export const CHECKPOINT_WAIT_MS = 5_000;
+
 export class PhaseMachine {
   private readonly stages: StageState[];
+  /** Per stage: a closed round whose agreed weights are not stored yet, and the replicas that hold them, to ask in turn. */
+  private readonly awaited: Array<{ round: number; hash: string; holders: string[]; askAt: number } | undefined>;
+  /**
+   * A stage's merge round is over (its replicas train again): the validator's
+   * audits reveal their draw for it and commit to the next (validator/audits.ts).
+   * `merged`: the replicas whose merge went through with the majority's weights.
+   */
+  onRoundClosed?: (stage: number, round: number, merged: string[]) => Promise<void>;
 
   constructor(private readonly c: Coordinator) {
     this.stages = Array.from({ length: c.run.stages }, () => this.fresh(0));
+    this.awaited = Array.from({ length: c.run.stages }, () => undefined);
   }
 
   private fresh(round: number): StageState {
@@ -74,6 +86,7 @@ export class PhaseMachine {
     s.busy = true;
     try {
       const now = Date.now();
+      await this.awaitCheckpoint(stage, now);
       if (s.phase === 'training') {
         const work = await this.verifiedWork(stage, s.since, new Date());
         const ids = Object.keys(work);
@@ -89,6 +102,26 @@ export class PhaseMachine {
     } finally {
       s.busy = false;
     }
+  }
+
+  /**
+   * A round's checkpoint is the weights its majority ended with. The replica named in `merge-go` sends it;
+   * if none with that hash is stored CHECKPOINT_WAIT_MS later (it left, failed, or sent other weights, which
+   * were dropped), the next replica that holds them is asked (`checkpoint`), until one sends them.
+   */
+  private async awaitCheckpoint(stage: number, now: number): Promise<void> {
+    const a = this.awaited[stage];
+    if (!a || now < a.askAt) return;
+    const [stored] = await this.c.db.query('SELECT 1 FROM checkpoints WHERE run_id = $1 AND stage = $2 AND epoch = $3 AND hash = $4 AND data IS NOT NULL', [this.c.runId, stage, a.round, a.hash]);
+    const next = stored ? undefined : a.holders.find((id) => this.c.sockets.get(id));
+    if (!next) {
+      if (!stored) this.c.log.warn({ stage, round: a.round }, 'no replica sent the round\'s checkpoint');
+      this.awaited[stage] = undefined;
+      return;
+    }
+    a.holders = a.holders.filter((id) => id !== next);
+    a.askAt = now + CHECKPOINT_WAIT_MS;
+    this.c.sockets.get(next)!.emit('checkpoint', { v: PROTOCOL_VERSION, stage, round: a.round, hash: a.hash });
   }
 
   /** Verified microbatches per active miner of a stage in [from, to): activations both ends confirmed. */
@@ -122,12 +155,19 @@ export class PhaseMachine {
     for (const id of s.members) this.c.sockets.get(id)?.emit('merge', { v: PROTOCOL_VERSION, stage, round });
   }
 
-  async onReady(minerId: string, msg: ClientMessage<'merge-ready'>): Promise<void> {
+  async onReady(minerId: string, msg: ClientMessage<'merge-ready'>, arrived = new Date().toISOString()): Promise<void> {
     const s = this.stages[msg.stage];
     if (!s || s.phase !== 'merging' || s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not waiting for replicas of round ${msg.round}`);
     if (!s.members.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a replica of that stage in this round');
     if (s.ready.has(minerId)) throw new ProtocolError('REPLAYED', 'already ready');
-    s.ready.set(minerId, { stateId: msg.stateId, microbatches: msg.microbatches });
+    s.ready.set(minerId, { stateId: msg.stateId, microbatches: msg.microbatches, roots: msg.contributionRoots });
+    // The round's end and its contribution, committed: an audit of it replays to these (validator/audits.ts).
+    await this.c.db.query(
+      `INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at, outer_root, average_root)
+       VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz, $8, $9)
+       ON CONFLICT (run_id, stage, round, miner_id) DO NOTHING`,
+      [this.c.runId, msg.stage, msg.round, minerId, msg.weightsHash, msg.optimizerHash, arrived, msg.contributionRoots.outer, msg.contributionRoots.average],
+    );
     if (s.ready.size === s.members.length && !s.busy) {
       s.busy = true;
       try {
@@ -147,12 +187,13 @@ export class PhaseMachine {
     // Nobody's work verified (e.g. right after a coordinator restart): equal weights.
     if (participants.every((id) => weights[id] === 0)) participants.forEach((id) => (weights[id] = 1));
     const states = new Set(participants.map((id) => s.ready.get(id)!.stateId));
+    const mode = participants.length >= 2 && states.size === 1 ? 'outer' : 'average';
     s.go = {
       v: PROTOCOL_VERSION,
       stage,
       round: s.round,
       seed: randomInt(0, 2 ** 31),
-      mode: participants.length >= 2 && states.size === 1 ? 'outer' : 'average',
+      mode,
       participants,
       weights,
       precision: m.precision,
@@ -160,37 +201,60 @@ export class PhaseMachine {
       timeouts: { senderMs: m.senderMs, reducerMs: m.reducerMs, roundMs: m.roundMs },
       outer: { lr: m.outerLr, momentum: m.outerMomentum },
       uploader: participants[0] ?? '',
+      commitments: Object.fromEntries(participants.map((id) => [id, s.ready.get(id)!.roots[mode]])),
     };
     s.roundDeadline = Date.now() + m.roundMs + m.readyMs;
-    await this.c.db.query(`UPDATE epochs SET mode = $4, participants = $5 WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [
+    await this.c.db.query(`UPDATE epochs SET mode = $4, participants = $5, seed = $6 WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [
       this.c.runId,
       stage,
       s.round,
       s.go.mode,
       JSON.stringify(participants),
+      s.go.seed,
     ]);
     // Everyone who was asked hears the outcome; one not named resumes training at once.
     for (const id of s.members) this.c.sockets.get(id)?.emit('merge-go', s.go);
     if (participants.length === 0) await this.finish(stage, s);
   }
 
+  private async recordLateReport(minerId: string, msg: ClientMessage<'merged'>, arrived: string): Promise<boolean> {
+    const rows = await this.c.db.query(
+      `UPDATE epochs SET merged_at = merged_at || jsonb_build_object($4::text, $5::text), merged_hashes = merged_hashes || jsonb_build_object($4::text, $6::text)
+       WHERE run_id = $1 AND stage = $2 AND epoch = $3 AND participants @> jsonb_build_array($4::text) AND merged_hashes -> $4::text IS NULL
+       RETURNING 1`,
+      [this.c.runId, msg.stage, msg.round, minerId, arrived, msg.hash],
+    );
+    return rows.length > 0;
+  }
+
   /** A replica's merge report; `arrived` (clock.ts) is when its training with the merged weights began, as the coordinator saw it. */
   async onMerged(minerId: string, msg: ClientMessage<'merged'>, arrived: string): Promise<void> {
     const s = this.stages[msg.stage];
-    if (!s || s.phase !== 'merging' || !s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not merging round ${msg.round}`);
+    if (!s || s.phase !== 'merging' || !s.go || msg.round !== s.round) {
+      // A participant's report that arrived after its round closed: the round's outcome stands, but the hash of the
+      // weights it holds is what an audit of its next round starts from (without it, that audit was skipped).
+      if (s && msg.ok && msg.round <= s.round && (await this.recordLateReport(minerId, msg, arrived))) return;
+      throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not merging round ${msg.round}`);
+    }
     if (!s.go.participants.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a participant of the round');
     if (s.merged.has(minerId)) throw new ProtocolError('REPLAYED', 'already reported');
-    checkMergeReport(s.go, msg);
+    checkMergeReport(s.go, msg, minerId);
     s.merged.set(minerId, { ok: msg.ok, hash: msg.hash, error: msg.error, clipped: msg.clipped });
     const { go, round } = s;
     if (msg.ok) {
-      await this.c.db.query(`UPDATE epochs SET merged_at = merged_at || jsonb_build_object($4::text, $5::text) WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [
-        this.c.runId,
-        msg.stage,
-        round,
-        minerId,
-        arrived,
-      ]);
+      await this.c.db.query(
+        `UPDATE epochs SET merged_at = merged_at || jsonb_build_object($4::text, $5::text), merged_hashes = merged_hashes || jsonb_build_object($4::text, $6::text)
+         WHERE run_id = $1 AND stage = $2 AND epoch = $3`,
+        [this.c.runId, msg.stage, round, minerId, arrived, msg.hash],
+      );
+    }
+    const received = msg.received ?? [];
+    if (received.length > 0) {
+      const values = received.map((_, i) => `($1, $2, $3, $4, $${5 + 3 * i}, $${6 + 3 * i}, $${7 + 3 * i})`).join(', ');
+      await this.c.db.query(
+        `INSERT INTO contribution_receipts (run_id, stage, round, owner, sender, partition, hash) VALUES ${values} ON CONFLICT DO NOTHING`,
+        [this.c.runId, msg.stage, round, minerId, ...received.flatMap((r) => [r.from, r.partition, r.hash])],
+      );
     }
     const events = msg.evidence.map((e) => ({ kind: 'dispute', miner: e.liar ?? null, detail: { partition: e.partition, owners: e.owners, hashes: e.hashes } }));
     if (!msg.ok) events.push({ kind: 'failed', miner: minerId, detail: { error: msg.error } as never });
@@ -238,7 +302,18 @@ export class PhaseMachine {
       JSON.stringify(clipped),
     ]);
     const since = s.triggeredAt ?? new Date();
+    const closed = s.round;
+    // Only replicas whose merge went through with the majority's weights ended their round (the others train on in it).
+    const merged = participants.filter((id) => s.merged.get(id)?.ok && s.merged.get(id)?.hash === majority);
+    // The round's checkpoint is the majority's weights: another upload is dropped, and the replicas that hold them are asked in turn until one is stored.
+    await this.c.db.query('DELETE FROM checkpoints WHERE run_id = $1 AND stage = $2 AND epoch = $3 AND hash IS DISTINCT FROM $4', [this.c.runId, stage, closed, majority]);
+    if (majority) {
+      const uploader = s.go?.uploader;
+      const holders = merged.filter((id) => id !== uploader).sort(() => Math.random() - 0.5);
+      this.awaited[stage] = { round: closed, hash: majority, holders, askAt: Date.now() + CHECKPOINT_WAIT_MS };
+    }
     Object.assign(s, { ...this.fresh(s.round), since, busy: s.busy });
+    if (this.onRoundClosed) await this.onRoundClosed(stage, closed, merged).catch((e: unknown) => this.c.log.error({ err: e }, 'audits of a closed round failed to start'));
   }
 }
 
@@ -250,9 +325,24 @@ export class PhaseMachine {
  * map is the round's, from its seed), and a liar among them. Anything else is
  * refused by name (OUT_OF_BOUNDS) and nothing of the report is stored.
  */
-export function checkMergeReport(go: MergeGo, msg: ClientMessage<'merged'>): void {
+export function checkMergeReport(go: MergeGo, msg: ClientMessage<'merged'>, reporter = ''): void {
   const n = go.participants.length;
   if (msg.clipped > 2 * n) throw new ProtocolError('OUT_OF_BOUNDS', `clipped ${msg.clipped}: a replica of a ${n}-replica round reduces at most ${2 * n} contributions`);
+  const received = msg.received ?? [];
+  if (received.length > 0) {
+    // Slices received name partitions the reporter owns, from participants, each once.
+    if (n < 2) throw new ProtocolError('OUT_OF_BOUNDS', 'a round of one has no partitions');
+    const owned = partitionMap({ peers: go.participants, length: n, seed: go.seed });
+    const pairs = new Set<string>();
+    for (const r of received) {
+      const p = owned[r.partition];
+      if (!p || !p.owners.includes(reporter)) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${r.partition} is not the reporter's to receive`);
+      if (!go.participants.includes(r.from)) throw new ProtocolError('OUT_OF_BOUNDS', `${r.from.slice(0, 8)}… is not a participant of the round`);
+      const key = `${r.partition}:${r.from}`;
+      if (pairs.has(key)) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${r.partition} from ${r.from.slice(0, 8)}… named twice`);
+      pairs.add(key);
+    }
+  }
   if (msg.evidence.length === 0) return;
   if (n < 2) throw new ProtocolError('OUT_OF_BOUNDS', 'a round of one has no partitions to dispute');
   const map = partitionMap({ peers: go.participants, length: n, seed: go.seed });

@@ -33,9 +33,9 @@ describe('rebalancing', () => {
     app.coordinator.onLoss((l) => losses.push(l));
     await expect.poll(() => last!.checkpointsUploaded, { timeout: 120_000, interval: 200 }).toBeGreaterThanOrEqual(1);
 
-    last!.stop(); // the only miner of stage 2 leaves
+    last!.stop(); // the only miner of the third stage (index 2; logs say 'stage 3') leaves
     await expect.poll(() => spare!.registration!.stage, { timeout: 20_000, interval: 100 }).toBe(2);
-    await expect.poll(() => logs[3]!.join('\n'), { timeout: 20_000 }).toMatch(/loaded stage 2's latest checkpoint/);
+    await expect.poll(() => logs[3]!.join('\n'), { timeout: 20_000 }).toMatch(/loaded stage 3's latest checkpoint/);
     const atMove = losses.length;
     await expect.poll(() => losses.length, { timeout: 120_000, interval: 200 }).toBeGreaterThanOrEqual(atMove + 5);
     expect(spare!.stats!.microbatches).toBeGreaterThanOrEqual(5); // its new worker, on stage 2

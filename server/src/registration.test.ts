@@ -133,10 +133,13 @@ describe('coordinator: registration and stage assignment', () => {
     expect(await rejection(request(good, 'register', { v: 1, publicKey: key, challenge: key, backend: 'wasm', tokensPerSec: 1, signature: '0x' + '22'.repeat(64) }))).toBe('OUT_OF_PHASE');
     // No merge was called: a replica's answer and a merge report are both out of phase.
     const hash = 'ab'.repeat(32);
-    expect(await rejection(request(good, 'merge-ready', { v: 1, stage: registered.stage, round: 1, stateId: hash, microbatches: 3 }))).toBe('OUT_OF_PHASE');
+    expect(await rejection(request(good, 'merge-ready', { v: 1, stage: registered.stage, round: 1, stateId: hash, microbatches: 3, weightsHash: hash, optimizerHash: hash, contributionRoots: { outer: hash, average: hash } }))).toBe('OUT_OF_PHASE');
     expect(await rejection(request(good, 'merged', { v: 1, stage: registered.stage, round: 1, ok: true, hash, clipped: 0, evidence: [] }))).toBe('OUT_OF_PHASE');
+    // A late reporter is no bad sender: refusals it earns from timing alone never disconnect it (a reconnection
+    // ended the merge an honest miner was in).
+    for (let i = 0; i < 8; i++) expect(await rejection(request(good, 'merged', { v: 1, stage: registered.stage, round: 1 + i, ok: true, hash, clipped: 0, evidence: [] }))).toBe('OUT_OF_PHASE');
     expect(await snapshot()).toBe(before);
-    expect(good.connected).toBe(true); // four rejections: still connected (six would not be)
+    expect(good.connected).toBe(true); // twelve refusals, at most one of them for a malformed message: still connected
   });
 
   it('refuses a replayed challenge', async () => {

@@ -7,6 +7,8 @@ import { cryptoReady, generateIdentity, parseRewardsMessage, type ClaimMessage, 
 import { claimRewards, linkPayout, register, RewardsApiError } from '@train-at-home/swarm';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { io as connect, type Socket } from 'socket.io-client';
@@ -28,6 +30,8 @@ import { buildSettlement, testMiners } from './ledger/test-settlements';
 const TTL_MS = 5 * 60_000;
 let app: App;
 let url: string;
+/** The main coordinator's domain: its own loopback address and port. */
+let domain: string;
 let runId: number;
 let startMs: number;
 /** The coordinator's rewards clock runs this far ahead of the real one (the expiry test moves it). */
@@ -39,9 +43,18 @@ let sr: Keyring;
 let ed: Keyring;
 const wallet = (): KeyringPair => sr.addFromUri(mnemonicGenerate());
 
-async function start(options: AppOptions = {}): Promise<{ app: App; url: string }> {
+async function start(options: AppOptions = {}, port = 0): Promise<{ app: App; url: string }> {
   const a = await buildApp({ database: await testDatabase(), run: { name: 'rewards', preset: 'tiny', stages: 3, bottleneck: 32 }, ...options });
-  return { app: a, url: await a.fastify.listen({ port: 0, host: '127.0.0.1' }) };
+  return { app: a, url: await a.fastify.listen({ port, host: '127.0.0.1' }) };
+}
+
+/** A port free on loopback now: a coordinator whose domain names its own address is built before it listens. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }
 
 beforeAll(async () => {
@@ -50,7 +63,11 @@ beforeAll(async () => {
   ed = new Keyring({ type: 'ed25519', ss58Format: 42 });
   // Limits far above what the tests send, but for the rate-limit test's own coordinator.
   const generous = { max: 100_000, timeWindowMs: 60_000 };
-  ({ app, url } = await start({ rewards: { now: () => Date.now() + skewMs, challengeTtlMs: TTL_MS, rateLimit: { perIp: generous, perAddress: generous } } }));
+  // Its domain is the address the tests reach it at, as a deployed coordinator's is the site people open:
+  // the shared client checks that the messages it signs name the coordinator it talks to.
+  const port = await freePort();
+  domain = `127.0.0.1:${port}`;
+  ({ app, url } = await start({ rewards: { domain, now: () => Date.now() + skewMs, challengeTtlMs: TTL_MS, rateLimit: { perIp: generous, perAddress: generous } } }, port));
   runId = app.coordinator.runId;
   startMs = await runStartMs(app.db, runId);
 });
@@ -67,16 +84,20 @@ afterAll(async () => {
 let nextEpoch = 100;
 /** Settles one more epoch through the ledger, paying each account (and one miner paid to its own id). */
 async function settleTo(...accounts: string[]): Promise<SettlementInput> {
+  return settleOn(app, ...accounts);
+}
+async function settleOn(target: App, ...accounts: string[]): Promise<SettlementInput> {
   const miners = testMiners(accounts.length + 1);
+  const id = target.coordinator.runId;
   const input = buildSettlement(
-    runId,
-    startMs,
-    app.coordinator.run.incentives.epochMs,
+    id,
+    target === app ? startMs : await runStartMs(target.db, id),
+    target.coordinator.run.incentives.epochMs,
     nextEpoch++,
     1_000_000_007n,
     miners.map((m, i) => ({ ...m, work: 10 + 7 * i, quality: 0.9, account: accounts[i] })),
   );
-  expect((await settleEpoch(app.db, input)).settled).toBe(true);
+  expect((await settleEpoch(target.db, input)).settled).toBe(true);
   return input;
 }
 
@@ -130,8 +151,8 @@ async function ledgerOf(address: string): Promise<{ settled: bigint; claimed: bi
   return { settled: BigInt(row!.settled), claimed: BigInt(row!.claimed), claims: row!.claims, items: row!.items };
 }
 
-async function registeredMiner(): Promise<Identity> {
-  const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
+async function registeredMiner(target = url): Promise<Identity> {
+  const socket = connect(target, { transports: ['websocket'], reconnection: false, forceNew: true });
   sockets.push(socket);
   await new Promise<void>((resolve, reject) => {
     socket.once('connect', resolve);
@@ -167,7 +188,7 @@ describe('rewards: claims', () => {
     for (const e of epochs) expect(verifyPayout(e.root, alice.address, e.settled, e.proof)).toBe(true);
 
     const { message, parsed } = await claimChallenge(alice.address);
-    expect(parsed).toMatchObject({ kind: 'claim', domain: 'localhost', address: alice.address, amount: total, epochs: settled.map((s) => ({ runId, epoch: s.epoch })) });
+    expect(parsed).toMatchObject({ kind: 'claim', domain, address: alice.address, amount: total, epochs: settled.map((s) => ({ runId, epoch: s.epoch })) });
     expect(Date.parse(parsed.expires) - Date.now()).toBeGreaterThan(TTL_MS - 60_000);
     // Signed as an extension signs: over <Bytes>message</Bytes>.
     const res = await post('/api/rewards/claim', { message, signature: signWrapped(alice, message) });
@@ -211,7 +232,7 @@ describe('rewards: claims', () => {
     await refused(claim(message, sign(bob, message)), 410, 'EXPIRED');
     skewMs = 0;
     // Another domain: the same message as another coordinator would write it, signed by bob.
-    const foreign = message.replace('domain: localhost', 'domain: evil.example');
+    const foreign = message.replace(`domain: ${domain}`, 'domain: evil.example');
     await refused(claim(foreign, sign(bob, foreign)), 403, 'WRONG_DOMAIN');
     // Signed by another address.
     await refused(claim(message, sign(carol, message)), 401, 'BAD_SIGNATURE');
@@ -365,7 +386,7 @@ describe('rewards: payout links', () => {
     const [alice, bob, carol] = [wallet(), wallet(), wallet()];
 
     const first = await linkChallenge(miner, alice.address);
-    expect(parseRewardsMessage(first)).toMatchObject({ kind: 'link', domain: 'localhost', minerId: miner.publicKey, address: alice.address });
+    expect(parseRewardsMessage(first)).toMatchObject({ kind: 'link', domain, minerId: miner.publicKey, address: alice.address });
     const linked = await post('/api/rewards/link', { message: first, signature: signWrapped(alice, first), minerSignature: miner.sign('payout-link', { message: first }) });
     expect(linked.status, JSON.stringify(linked.body)).toBe(200);
     expect(linked.body).toMatchObject({ minerId: miner.publicKey, address: alice.address });
@@ -400,7 +421,7 @@ describe('rewards: payout links', () => {
     await refused({ message: theirs, signature: sign(carol, theirs), minerSignature: other.sign('payout-link', { message: theirs }) }, 400, 'MESSAGE_MISMATCH');
     // A link message where a claim is expected, another domain, an ed25519 wallet.
     expect((await post('/api/rewards/claim', { message: third, signature: sign(carol, third) })).body.error).toBe('BAD_MESSAGE');
-    const foreign = third.replace('domain: localhost', 'domain: localhost:9999');
+    const foreign = third.replace(`domain: ${domain}`, 'domain: localhost:9999');
     await refused({ message: foreign, signature: sign(carol, foreign), minerSignature: miner.sign('payout-link', { message: foreign }) }, 403, 'WRONG_DOMAIN');
     const dave = ed.addFromUri(mnemonicGenerate());
     const edMessage = await linkChallenge(miner, dave.address);
@@ -421,6 +442,38 @@ describe('rewards: payout links', () => {
     // Only a miner that registered here can be linked.
     const stranger = await post('/api/rewards/challenge', { kind: 'link', minerId: generateIdentity().publicKey, address: alice.address });
     expect([stranger.status, stranger.body.error]).toEqual([404, 'NO_SUCH_MINER']);
+  });
+
+  it('links once when 20 copies of one signed link arrive at once, with every transaction SERIALIZABLE on PostgreSQL: one 200, the rest 409 NONCE_USED', async () => {
+    // An operator may make every transaction SERIALIZABLE (default_transaction_isolation); the losers of the race
+    // for the nonce then fail to serialize instead of waiting. PGlite runs one transaction at a time: the same outcome.
+    const base = await testDatabase();
+    let database = base;
+    if (base.url) {
+      const strict = new URL(base.url);
+      strict.searchParams.set('options', '-c default_transaction_isolation=serializable');
+      database = { url: strict.toString() };
+    }
+    const generous = { max: 100_000, timeWindowMs: 60_000 };
+    const target = await start({ database, rewards: { rateLimit: { perIp: generous, perAddress: generous } } });
+    try {
+      if (target.app.db.kind === 'postgres') {
+        const [{ level }] = (await target.app.db.query<{ level: string }>("SELECT current_setting('transaction_isolation') AS level")) as [{ level: string }];
+        expect(level).toBe('serializable');
+      }
+      const miner = await registeredMiner(target.url);
+      const owner = wallet();
+      const challenge = await post('/api/rewards/challenge', { kind: 'link', minerId: miner.publicKey, address: owner.address }, undefined, target.app);
+      expect(challenge.status, JSON.stringify(challenge.body)).toBe(200);
+      const message = challenge.body.message as string;
+      const body = { message, signature: sign(owner, message), minerSignature: miner.sign('payout-link', { message }) };
+      const results = await Promise.all(Array.from({ length: 20 }, () => post('/api/rewards/link', body, undefined, target.app)));
+      expect(results.map((r) => `${r.status} ${r.body.error ?? ''}`.trim()).sort()).toEqual(['200', ...Array(19).fill('409 NONCE_USED')]);
+      const links = await target.app.db.query<{ address: string }>('SELECT address FROM payout_links WHERE miner_id = $1', [miner.publicKey.slice(2)]);
+      expect(links.map((l) => l.address)).toEqual([owner.address]);
+    } finally {
+      await target.app.close();
+    }
   });
 
   it('the Node miner links with its key file through the shared client, and the tab’s path claims the same way', async () => {
@@ -467,6 +520,50 @@ describe('rewards: payout links', () => {
     expect(receipt).toMatchObject({ address, amount: paid(e, address).toString() });
     const none = await claimRewards(url, address, key.signRaw).catch((err: unknown) => err);
     expect((none as RewardsApiError).code).toBe('NOTHING_TO_CLAIM');
+  });
+
+  it('the shared client refuses, before anything is signed, a challenge relayed from another coordinator’s domain', async () => {
+    // A site that relays the real coordinator's rewards routes: what it gets signed, the real one would accept.
+    const relay = createHttpServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        fetch(new URL(req.url!, url), { method: req.method, headers: { 'content-type': 'application/json' }, body: req.method === 'POST' ? body : undefined }).then(
+          async (r) => res.writeHead(r.status, { 'content-type': 'application/json' }).end(await r.text()),
+          () => res.writeHead(502).end(),
+        );
+      });
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    const relayUrl = `http://127.0.0.1:${(relay.address() as AddressInfo).port}`;
+    try {
+      const owner = wallet();
+      const e = await settleTo(owner.address);
+      const miner = await registeredMiner();
+      let walletSigned = 0;
+      let minerSigned = 0;
+      const signRaw = async (message: string) => (walletSigned++, sign(owner, message));
+      const signer = { publicKey: miner.publicKey, sign: (purpose: 'payout-link', payload: { message: string }) => (minerSigned++, miner.sign(purpose, payload)) };
+      const nonces = async () => (await app.db.query<{ n: number }>('SELECT count(*)::int AS n FROM nonces WHERE address = $1 AND used_at IS NOT NULL', [owner.address]))[0]!.n;
+
+      for (const attempt of [() => claimRewards(relayUrl, owner.address, signRaw), () => linkPayout(relayUrl, signer, owner.address, signRaw)]) {
+        const refused = await attempt().catch((err: unknown) => err);
+        expect(refused).toBeInstanceOf(RewardsApiError);
+        expect((refused as RewardsApiError).code).toBe('WRONG_DOMAIN');
+        expect((refused as RewardsApiError).message).toContain(domain);
+      }
+      expect([walletSigned, minerSigned]).toEqual([0, 0]);
+      expect(await nonces()).toBe(0);
+      expect(await ledgerOf(owner.address)).toMatchObject({ claimed: 0n, claims: 0 });
+      expect(await currentLink(miner)).toBeUndefined();
+
+      // Talking to the coordinator itself, the same calls sign and go through (its domain is its own address).
+      expect(await linkPayout(url, signer, owner.address, signRaw)).toMatchObject({ minerId: miner.publicKey, address: owner.address });
+      expect(await claimRewards(url, owner.address, signRaw)).toMatchObject({ address: owner.address, amount: paid(e, owner.address).toString() });
+      expect([walletSigned, minerSigned]).toEqual([2, 1]);
+    } finally {
+      await new Promise((resolve) => relay.close(resolve));
+    }
   });
 
   it('settles the epochs after a link to the linked wallet, which can then claim them', async () => {
@@ -521,25 +618,91 @@ describe('rewards: payout links', () => {
 });
 
 describe('rewards: rate limits', () => {
-  it('answers 429 RATE_LIMITED with the time to wait, per IP and per address', async () => {
+  /** A claim message as this coordinator writes them, for a nonce it never issued: refused after its signature is checked. */
+  const unissuedClaim = (address: string): string =>
+    `Train at Home: claim rewards\ndomain: localhost\naddress: ${address}\namount: 1\nepochs: 1:0\nnonce: 0x${randomBytes(32).toString('hex')}\nexpires: 2030-01-01T00:00:00.000Z`;
+  const unissuedLink = (minerId: string, address: string): string =>
+    `Train at Home: link a payout address\ndomain: localhost\nminer: ${minerId}\naddress: ${address}\nnonce: 0x${randomBytes(32).toString('hex')}\nexpires: 2030-01-01T00:00:00.000Z`;
+  const junkSignature = (): string => `0x${randomBytes(64).toString('hex')}`;
+
+  it('a flood naming a victim’s address (junk signatures, unsigned challenges) from many IPs does not lock the victim out', async () => {
+    // The coordinator's default limits: 60 a minute per IP and 20 per address, per route.
+    const target = await start();
+    try {
+      const victim = wallet();
+      const settled = await settleOn(target.app, victim.address);
+      const miner = await registeredMiner(target.url);
+      const statuses: string[] = [];
+      const note = (r: Res) => statuses.push(`${r.status} ${r.body.error ?? ''}`.trim());
+      // 30 of each, each from an IP of its own: 120 requests naming the victim's address.
+      for (let i = 1; i <= 30; i++) {
+        const ip = `203.0.113.${i}`;
+        note(await post('/api/rewards/claim', { message: unissuedClaim(victim.address), signature: junkSignature() }, ip, target.app));
+        note(await post('/api/rewards/link', { message: unissuedLink(miner.publicKey, victim.address), signature: junkSignature(), minerSignature: junkSignature() }, ip, target.app));
+        note(await post('/api/rewards/challenge', { kind: 'claim', address: victim.address }, ip, target.app));
+        note(await post('/api/rewards/challenge', { kind: 'link', minerId: miner.publicKey, address: victim.address }, ip, target.app));
+      }
+      // And one IP that keeps asking: its unsigned challenges are limited per IP.
+      for (let i = 0; i < 61; i++) note(await post('/api/rewards/challenge', { kind: 'claim', address: victim.address }, '198.51.100.7', target.app));
+      expect(statuses.filter((s) => s === '401 BAD_SIGNATURE')).toHaveLength(60);
+      expect(statuses.filter((s) => s === '200')).toHaveLength(120);
+      expect(statuses.filter((s) => s === '429 RATE_LIMITED')).toHaveLength(1);
+      expect(statuses.at(-1)).toBe('429 RATE_LIMITED');
+
+      // The victim, from its own IP: challenge, claim, link challenge and link all go through.
+      const own = '192.0.2.1';
+      const challenge = await post('/api/rewards/challenge', { kind: 'claim', address: victim.address }, own, target.app);
+      expect(challenge.status, JSON.stringify(challenge.body)).toBe(200);
+      const claimMessage = challenge.body.message as string;
+      const claimed = await post('/api/rewards/claim', { message: claimMessage, signature: sign(victim, claimMessage) }, own, target.app);
+      expect(claimed.status, JSON.stringify(claimed.body)).toBe(200);
+      expect((claimed.body.receipt as { amount: string }).amount).toBe(paid(settled, victim.address).toString());
+      const linkChallenge = await post('/api/rewards/challenge', { kind: 'link', minerId: miner.publicKey, address: victim.address }, own, target.app);
+      expect(linkChallenge.status, JSON.stringify(linkChallenge.body)).toBe(200);
+      const linkMessage = linkChallenge.body.message as string;
+      const linked = await post(
+        '/api/rewards/link',
+        { message: linkMessage, signature: sign(victim, linkMessage), minerSignature: miner.sign('payout-link', { message: linkMessage }) },
+        own,
+        target.app,
+      );
+      expect(linked.status, JSON.stringify(linked.body)).toBe(200);
+      expect(linked.body).toMatchObject({ minerId: miner.publicKey, address: victim.address });
+    } finally {
+      await target.app.close();
+    }
+  });
+
+  it('answers 429 RATE_LIMITED with the time to wait, per IP, and per address for requests its wallet signed', async () => {
     const limited = await start({ rewards: { rateLimit: { perIp: { max: 3, timeWindowMs: 60_000 }, perAddress: { max: 2, timeWindowMs: 60_000 } } } });
     try {
-      const a = wallet().address;
+      const owner = wallet();
+      const a = owner.address;
       const challenge = (address: string, ip: string) => post('/api/rewards/challenge', { kind: 'claim', address }, ip, limited.app);
-      // Per address: two requests from two IPs, the third (from a third IP) waits.
-      expect((await challenge(a, '10.0.0.1')).body.error).toBe('NOTHING_TO_CLAIM');
-      expect((await challenge(a, '10.0.0.2')).body.error).toBe('NOTHING_TO_CLAIM');
-      const byAddress = await challenge(a, '10.0.0.3');
-      expect([byAddress.status, byAddress.body.error]).toEqual([429, 'RATE_LIMITED']);
+      const claim = (message: string, signature: string, ip: string) => post('/api/rewards/claim', { message, signature }, ip, limited.app);
+      // Unsigned challenges and junk signatures prove nothing: they never count against the address.
+      for (const ip of ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4']) expect((await challenge(a, ip)).body.error).toBe('NOTHING_TO_CLAIM');
+      for (const ip of ['10.0.1.1', '10.0.1.2', '10.0.1.3', '10.0.1.4']) expect((await claim(unissuedClaim(a), junkSignature(), ip)).body.error).toBe('BAD_SIGNATURE');
+      // Claims the wallet signed count, from whatever IP: two, and the third waits.
+      const signed = [unissuedClaim(a), unissuedClaim(a), unissuedClaim(a)];
+      const answers = [];
+      for (const [i, text] of signed.entries()) answers.push(await claim(text, sign(owner, text), `10.0.2.${i + 1}`));
+      expect(answers.map((r) => r.body.error)).toEqual(['UNKNOWN_NONCE', 'UNKNOWN_NONCE', 'RATE_LIMITED']);
+      const byAddress = answers[2]!;
+      expect(byAddress.status).toBe(429);
+      expect(byAddress.body.message).toMatch(/for this address/);
       const retryAfterMs = byAddress.body.retryAfterMs as number;
       expect(retryAfterMs).toBeGreaterThan(0);
       expect(retryAfterMs).toBeLessThanOrEqual(60_000);
       expect(Number(byAddress.headers['retry-after'])).toBe(Math.ceil(retryAfterMs / 1000));
-      // The same address in a signed claim message counts too (the claim route has its own counters).
-      const text = `Train at Home: claim rewards\ndomain: localhost\naddress: ${a}\namount: 1\nepochs: 1:0\nnonce: 0x${'00'.repeat(32)}\nexpires: 2030-01-01T00:00:00.000Z`;
-      const claims = [];
-      for (const ip of ['10.0.1.1', '10.0.1.2', '10.0.1.3']) claims.push(await post('/api/rewards/claim', { message: text, signature: `0x${'00'.repeat(64)}` }, ip, limited.app));
-      expect(claims.map((c) => c.body.error)).toEqual(['BAD_SIGNATURE', 'BAD_SIGNATURE', 'RATE_LIMITED']);
+      // Links count on their own, the same way: the miner's signature is not even needed for the count.
+      const miner = await registeredMiner(limited.url);
+      const links = [];
+      for (let i = 0; i < 3; i++) {
+        const text = unissuedLink(miner.publicKey, a);
+        links.push((await post('/api/rewards/link', { message: text, signature: sign(owner, text), minerSignature: junkSignature() }, `10.0.3.${i}`, limited.app)).body.error);
+      }
+      expect(links).toEqual(['BAD_MINER_SIGNATURE', 'BAD_MINER_SIGNATURE', 'RATE_LIMITED']);
       // Per IP: three requests for three addresses, the fourth waits.
       const ip = '10.0.0.9';
       for (let i = 0; i < 3; i++) expect((await challenge(wallet().address, ip)).status).toBe(409);

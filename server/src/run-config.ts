@@ -31,6 +31,14 @@ export interface IncentiveSettings {
   spotCheckRate: number;
   /** A miner has this long to upload a payload the validator asked for. */
   probeTimeoutMs: number;
+  /**
+   * Share of (miner, round) pairs whose whole round the validator replays (validator/audits.ts),
+   * drawn after the round closed from a secret committed when it began. A failed or unanswered
+   * audit flags the miner: it forfeits its whole window.
+   */
+  auditRate: number;
+  /** A miner has this long to upload an audited round's record. */
+  auditTimeoutMs: number;
   /** Pathway diversity for CLASP: each replica's downstream partner rotates at every merge of its stage. */
   rotatePathways: boolean;
   /** A receipt refused for an unknown microbatch is looked up again this much later before it counts as forged (validator/flags.ts). */
@@ -73,9 +81,19 @@ export const DEFAULT_INCENTIVES: IncentiveSettings = {
   windowEpochs: 3,
   spotCheckRate: 0.25,
   probeTimeoutMs: 10_000,
+  auditRate: 0.2,
+  auditTimeoutMs: 60_000,
   rotatePathways: true,
   forgeryRecheckMs: 30_000,
 };
+
+/**
+ * Emission epochs of a run on one's own machine (`npm start`, local miners on): two minutes,
+ * settled a minute after each ends, so a newcomer sees scores, a settled epoch and a claimable
+ * balance within the first few minutes instead of after an hour. Hosted coordinators
+ * (`--local-miners 0`) keep DEFAULT_INCENTIVES; a stored run keeps the settings it started with.
+ */
+export const LOCAL_INCENTIVES: Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs'> = { epochMs: 120_000, settleAfterMs: 60_000 };
 
 export const DEFAULT_MERGE: MergeSettings = {
   every: 10,

@@ -108,6 +108,24 @@ if (count > 1) {
     log,
   });
   const startedAt = performance.now();
+  /** How long a local miner whose coordinator process is gone waits for a restarted one. */
+  const ORPHAN_GRACE_MS = 60_000;
+  // A local miner (forked by a coordinator for an empty stage, with an IPC channel) outlives its
+  // coordinator's process only to be taken over by a restarted one (server/src/local-miners.ts): once
+  // the channel is gone, it leaves when no coordinator has answered for ORPHAN_GRACE_MS, so none is
+  // left running after the coordinator quits for good.
+  if (process.send) {
+    process.once('disconnect', () => {
+      setInterval(() => {
+        const lost = miner.status.coordinator;
+        if (lost && lost.sinceMs > ORPHAN_GRACE_MS) {
+          console.error(`[miner] no coordinator for ${Math.round(lost.sinceMs / 1000)} s since the one that started this local miner stopped: leaving`);
+          miner.stop();
+          process.exit(0);
+        }
+      }, 1000).unref();
+    });
+  }
   // The coordinator may not be up yet (or be restarting): say so plainly and try again.
   for (;;) {
     try {

@@ -1,5 +1,5 @@
 import { lazy, Suspense } from 'react';
-import { BrowserRouter, Link, NavLink, Outlet, Route, Routes } from 'react-router';
+import { BrowserRouter, Link, NavLink, Outlet, Route, Routes, useMatch } from 'react-router';
 import { TrainPage } from './TrainPage';
 import { TabProvider, useTabContext } from './tab/TabContext';
 
@@ -13,13 +13,18 @@ export const PATHS = { train: '/', rewards: '/rewards', dashboard: '/dashboard' 
 
 function Nav() {
   const tab = useTabContext();
-  // A tab keeps training on every page: the Train link says so.
-  const training = tab.joined && !tab.paused;
+  // A tab keeps training on every page: the Train link says how it is doing. Green only
+  // while it trains; amber when it waits, stalls or cannot reach the coordinator.
+  const s = tab.status;
+  const active = tab.joined && !tab.paused;
+  const ok = !s?.coordinator && (s?.phase === 'training' || s?.phase === 'merging');
+  const title = s?.coordinator ? 'coordinator unreachable' : ok ? 'this tab is training' : `this tab is ${s?.phase ?? 'starting'}${s?.why ? `: ${s.why}` : ''}`;
+  const wide = useMatch(PATHS.dashboard) !== null;
   return (
-    <nav className="nav" aria-label="Pages">
+    <nav className={wide ? 'nav wide' : 'nav'} aria-label="Pages">
       <span className="brand">Train at Home</span>
       <NavLink to={PATHS.train} end data-testid="nav-train">
-        Train{training && <span className="dot" title="this tab is training" data-testid="nav-training" />}
+        Train{active && <span className={ok ? 'dot' : 'dot warn'} title={title} data-testid="nav-training" data-ok={String(ok)} />}
       </NavLink>
       <NavLink to={PATHS.rewards} data-testid="nav-rewards">
         Rewards

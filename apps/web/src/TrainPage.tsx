@@ -1,17 +1,28 @@
 import { useEffect, useState } from 'react';
-import { bytes, tokens } from './format';
+import { bytes, minerLabel, rewardTokens } from './format';
 import { useTabContext } from './tab/TabContext';
 import type { TabState } from './tab/useTab';
 
 const PHASE_TEXT: Record<string, string> = {
   registering: 'Joining the run',
   downloading: 'Downloading',
-  waiting: 'Waiting for peers',
+  waiting: 'Waiting',
   training: 'Training',
-  merging: 'Merging weights with the other replicas',
-  idle: 'Idle',
+  merging: 'Merging weights',
+  idle: 'Stalled',
   stopped: 'Stopped',
 };
+
+const miners = (n: number): string => (n === 1 ? '1 miner' : `${n} miners`);
+
+/** The phase in words; a merge says with whom (a stage's lone miner only sends its weights as the stage's checkpoint). */
+function phaseText(s: TabState['status']): string {
+  if (s?.phase === 'merging') {
+    const others = s.peers.replicas.length;
+    return others === 0 ? 'Saving this stage\'s weights (no other miner on the stage to merge with)' : `Averaging weights with the ${others === 1 ? 'other miner' : `${others} other miners`} on this stage`;
+  }
+  return PHASE_TEXT[s?.phase ?? 'registering'] ?? String(s?.phase);
+}
 
 function Progress({ label, done, total }: { label: string; done: number; total: number }) {
   const pct = total > 0 ? Math.min(100, (done / total) * 100) : 0;
@@ -117,27 +128,60 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
   const s = tab.status;
   const earnings = useEarnings(s?.minerId);
   const phase = s?.phase ?? (tab.probing || !tab.probe ? 'probing' : 'registering');
+  const lost = s?.coordinator;
+  const stage = s?.stage;
   const saved = s && s.uncompressedBytes > 0 ? 1 - (s.bytesSent + s.bytesReceived) / s.uncompressedBytes : undefined;
   return (
     <section className="card">
       <h2>
-        This tab: <span data-testid="phase" data-phase={phase}>{phase === 'probing' ? 'Measuring this device' : PHASE_TEXT[phase]}</span>
+        This tab: <span data-testid="phase" data-phase={phase}>{phase === 'probing' ? 'Measuring this device' : s ? phaseText(s) : PHASE_TEXT[phase]}</span>
       </h2>
-      {s?.why && <p className="why" data-testid="why">{s.why}</p>}
+      {lost && (
+        <p className="why fault" data-testid="coordinator" data-state="unreachable">
+          Coordinator unreachable — retrying {lost.retryInMs < 500 ? 'now' : `in ${Math.ceil(lost.retryInMs / 1000)} s`} (lost {Math.round(lost.sinceMs / 1000)} s ago
+          {lost.error ? `: ${lost.error}` : ''}). Peers stay connected; training goes on where it can.
+        </p>
+      )}
+      {s?.why && !(lost && s.why.startsWith('coordinator unreachable')) && <p className="why" data-testid="why">{s.why}</p>}
+      {s?.note && (
+        <p className="hint" data-testid="note">
+          {s.note}
+        </p>
+      )}
       {s?.phase === 'waiting' && s.emptyStages.length > 0 && s.stages !== undefined && <WaitingHelp empty={s.emptyStages} stages={s.stages} localMiners={run.localMiners} />}
       {tab.probing && <Progress label={`Trying ${tab.probing.backend}`} done={tab.probing.done} total={tab.probing.total} />}
       {s?.progress && <Progress {...s.progress} />}
       <dl className="grid">
+        <dt>Miner</dt>
+        <dd className="mono" data-testid="miner-id" title={tab.identity?.publicKey}>
+          {tab.identity ? minerLabel(tab.identity.publicKey) : '—'}
+        </dd>
         <dt>Stage</dt>
-        <dd data-testid="stage">{s?.stage !== undefined ? `${s.stage + 1} of ${s.stages}` : '—'}</dd>
+        <dd data-testid="stage">{stage !== undefined ? `${stage + 1} of ${s!.stages}` : '—'}</dd>
         <dt>Peers</dt>
         <dd data-testid="peers">
-          {s ? `${s.peers.previous.length} upstream, ${s.peers.replicas.length} replica(s), ${s.peers.next.length} downstream` : '—'}
+          {s && stage !== undefined
+            ? [
+                stage > 0 ? `${miners(s.peers.previous.length)} on stage ${stage}` : undefined,
+                `${s.peers.replicas.length === 0 ? 'no other miner' : `${miners(s.peers.replicas.length).replace('miner', 'other miner')}`} on stage ${stage + 1}`,
+                s.stages !== undefined && stage < s.stages - 1 ? `${miners(s.peers.next.length)} on stage ${stage + 2}` : undefined,
+              ]
+                .filter(Boolean)
+                .join(', ')
+            : '—'}
         </dd>
         <dt>Microbatches</dt>
         <dd data-testid="microbatches">{s?.microbatches ?? 0}</dd>
-        <dt>Tokens/s</dt>
-        <dd data-testid="tokens-per-sec">{s ? s.tokensPerSec.toFixed(0) : '—'}</dd>
+        <dt>Training tokens/s</dt>
+        <dd data-testid="tokens-per-sec">
+          {s ? s.tokensPerSec.toFixed(0) : '—'}
+          {s?.busyShare !== undefined && s.phase === 'training' && (
+            <span className="hint" data-testid="busy">
+              {' '}
+              · computing {(s.busyShare * 100).toFixed(0)}% of the time
+            </span>
+          )}
+        </dd>
         <dt>Sent / received</dt>
         <dd data-testid="traffic">{s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)}` : '—'}</dd>
         <dt>Compression</dt>
@@ -155,7 +199,7 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
         <dt>Earnings</dt>
         <dd data-testid="earnings" title={earnings ? `${earnings.earned} base units` : undefined}>
           {earnings
-            ? `${tokens(earnings.earned)} tokens over ${earnings.epochs} settled epoch${earnings.epochs === 1 ? '' : 's'}${earnings.flag ? ` — flagged: ${earnings.flag}` : ''}`
+            ? `${rewardTokens(earnings.earned)} over ${earnings.epochs} settled epoch${earnings.epochs === 1 ? '' : 's'}${earnings.flag ? ` — flagged: ${earnings.flag}` : ''}`
             : '—'}
         </dd>
       </dl>

@@ -25,3 +25,20 @@ export function tokens(baseUnits: string, decimals = 4): string {
 export function short(id: string, keep = 6): string {
   return id.length > 2 * keep + 1 ? `${id.slice(0, keep)}…${id.slice(-keep)}` : id;
 }
+
+/**
+ * A miner's id as people read it on every page (Train, Rewards, Dashboard) and in miners' logs:
+ * the first 8 hex digits of its public key, without 0x (the full key is in the tooltip).
+ */
+export function minerLabel(id: string): string {
+  const hex = id.replace(/^0x/i, '').toLowerCase();
+  return `${hex.slice(0, 8)}…`;
+}
+
+/**
+ * An amount of the run's reward in its unit, "reward tokens" (10^9 base units each): never
+ * plain "tokens", which on these pages means the training text's tokens.
+ */
+export function rewardTokens(baseUnits: string, decimals = 4): string {
+  return `${tokens(baseUnits, decimals)} reward token${BigInt(baseUnits) === BASE_UNITS_PER_TOKEN ? '' : 's'}`;
+}

@@ -15,3 +15,4 @@ export * from './spot-check';
 export * from './score';
 export * from './emission';
 export * from './merkle';
+export * from './audit-choice';

@@ -12,6 +12,7 @@ export * from './backend';
 export * from './tokenizer/bpe';
 export * from './tokenizer/pretokenize';
 export * from './tokenizer/train';
+export * from './tokenizer/utf8';
 export * from './data/manifest';
 export * from './data/sampler';
 export * from './data/shards';

@@ -143,6 +143,46 @@ export class AdamW {
     };
   }
 
+  /**
+   * The moments and step count as one blob (step as a uint32, then every
+   * first moment and every second moment in parameter order, float32
+   * little-endian): what a round's audit replays from, committed by hash at
+   * each merge (packages/swarm/src/audit/).
+   */
+  async exportState(): Promise<Uint8Array> {
+    const parts = (await Promise.all([...this.specs.map((s) => this.m[s.name]!.data()), ...this.specs.map((s) => this.v[s.name]!.data())])) as Float32Array[];
+    const floats = parts.reduce((n, p) => n + p.length, 0);
+    const out = new Uint8Array(4 + 4 * floats);
+    const view = new DataView(out.buffer);
+    view.setUint32(0, this.step, true);
+    let at = 4;
+    for (const p of parts) for (let i = 0; i < p.length; i++, at += 4) view.setFloat32(at, p[i]!, true);
+    return out;
+  }
+
+  /** Restores exportState's blob; checks its size first, so a blob for another stage changes nothing. */
+  importState(blob: Uint8Array): void {
+    const sizes = this.specs.map((s) => s.shape.reduce((a, b) => a * b, 1));
+    const floats = 2 * sizes.reduce((a, b) => a + b, 0);
+    if (blob.length !== 4 + 4 * floats) throw new RangeError(`optimizer state of ${blob.length} bytes for a stage that needs ${4 + 4 * floats}`);
+    const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
+    let at = 4;
+    const read = (n: number): Float32Array => {
+      const a = new Float32Array(n);
+      for (let i = 0; i < n; i++, at += 4) a[i] = view.getFloat32(at, true);
+      return a;
+    };
+    const m = sizes.map(read);
+    const v = sizes.map(read);
+    this.specs.forEach((s, i) => {
+      tf.tidy(() => {
+        this.m[s.name]!.assign(tf.tensor(m[i]!, s.shape));
+        this.v[s.name]!.assign(tf.tensor(v[i]!, s.shape));
+      });
+    });
+    this.step = view.getUint32(0, true);
+  }
+
   dispose(): void {
     for (const t of [...Object.values(this.m), ...Object.values(this.v)]) t.dispose();
   }

@@ -12,7 +12,7 @@ export const SIGNING_DOMAIN = 'train-at-home/v1';
 export const SS58_PREFIX = 42;
 
 /** 'payout-link': the miner agrees that its earnings go to a wallet (over { message }, the wallet's link message). */
-export type SignaturePurpose = 'register' | 'signal' | 'receipt' | 'checkpoint' | 'payout-link';
+export type SignaturePurpose = 'register' | 'signal' | 'receipt' | 'checkpoint' | 'payout-link' | 'audit';
 
 export interface Identity {
   /** 0x-prefixed hex of the 32-byte sr25519 public key. */

@@ -116,6 +116,21 @@ export const ClientEvents = {
       round: Type.Integer({ minimum: 1, maximum: INT4_MAX }),
       stateId: Sha256Hex,
       microbatches: Type.Integer({ minimum: 0 }),
+      /**
+       * Commitments to the round's end, made before anyone knows whether it will
+       * be audited: the content hash of the replica's weights (what its merge
+       * contribution is computed from) and the hash of its optimizer state
+       * (StageCompute.exportState: the next round starts from it).
+       */
+      weightsHash: Sha256Hex,
+      optimizerHash: Sha256Hex,
+      /**
+       * The Merkle roots of what it will contribute to the merge, in either
+       * mode (packages/swarm/src/allreduce/commitment.ts): the partitions'
+       * owners take only slices the root proves, and an audit compares the
+       * root with where the round leads.
+       */
+      contributionRoots: Type.Object({ outer: Sha256Hex, average: Sha256Hex }, { additionalProperties: false }),
     },
     { additionalProperties: false },
   ),
@@ -141,6 +156,13 @@ export const ClientEvents = {
           { additionalProperties: false },
         ),
         { maxItems: 256 },
+      ),
+      /** As an owner: the hash of each sender's encoded slice of the partitions it reduced (audits check them). */
+      received: Type.Optional(
+        Type.Array(
+          Type.Object({ partition: Type.Integer({ minimum: 0, maximum: 65535 }), from: MinerId, hash: Sha256Hex }, { additionalProperties: false }),
+          { maxItems: 256 },
+        ),
       ),
     },
     { additionalProperties: false },
@@ -210,6 +232,32 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
   return data as ClientMessage<E>;
 }
 
+/**
+ * Coordinator → a miner whose round was chosen for an audit (after the round
+ * closed): upload the round's record to `PUT /api/audits/:auditId` before
+ * `deadlineMs` passes (see server/src/validator/audits.ts).
+ */
+export interface AuditRequest {
+  v: number;
+  auditId: string;
+  stage: number;
+  round: number;
+  deadlineMs: number;
+}
+
+/**
+ * Coordinator → a replica whose merge of `round` ended with the stage's
+ * (majority) weights, when no checkpoint of that round came in: upload those
+ * weights to `PUT /api/checkpoints/:stage` (x-step: round). The coordinator
+ * keeps a round's checkpoint only if its hash is the round's majority hash.
+ */
+export interface CheckpointRequest {
+  v: number;
+  stage: number;
+  round: number;
+  hash: string;
+}
+
 /** Coordinator → replicas of a stage: pause and answer `merge-ready`. */
 export interface MergeStart {
   v: number;
@@ -235,4 +283,6 @@ export interface MergeGo {
   outer: { lr: number; momentum: number };
   /** This replica uploads the merged weights as the stage's checkpoint. */
   uploader: string;
+  /** Each participant's contribution root for this round's mode, as it committed with merge-ready. */
+  commitments: Record<string, string>;
 }

@@ -8,3 +8,5 @@ export * from './miner';
 export * from './allreduce';
 export * from './merge';
 export * from './rewards-client';
+export * from './audit';
+export * from './stage-compute';

@@ -1,8 +1,10 @@
-import { BatchSampler, PRESETS, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
-import { PROTOCOL_VERSION, verifySignature, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
+import { PRESETS, assignedWindows, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
+import { RoundRecorder, encodeRecord } from './audit/record';
 import { OuterOptimizer } from './allreduce/outer';
-import { readFlat, runMerge, type MergeOutcome } from './merge';
+import { prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
+import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
 import { coordinatorSignals, register, request, type Registration } from './coordinator-client';
 import { PeerMesh, type Mesh, type MeshOptions } from './mesh';
@@ -41,7 +43,10 @@ export interface MinerOptions {
   maxInFlight?: number;
   /** Stage 0 stops after submitting this many (default: no limit). */
   maxMicrobatches?: number;
-  /** Seeds this miner's choice of training windows (random by default, so replicas see different data). */
+  /**
+   * Seeds this miner's microbatch ids (random by default, so replicas see
+   * different data); each id's windows are assigned by the run (assignedWindows).
+   */
   dataSeed?: number;
   log?: (line: string) => void;
   /** Fault injection for tests and drills: rewrites each all-reduce message this miner sends (a lying owner). */
@@ -55,8 +60,17 @@ export type MinerPhase = 'registering' | 'downloading' | 'waiting' | 'training' 
 
 export interface MinerStatus {
   phase: MinerPhase;
-  /** Why it is waiting or idle (never 'training' while idle). */
+  /** Why it is waiting or idle: a fault or a wait the person may act on (never set while training). */
   why?: string;
+  /**
+   * While training, what the stage is doing between microbatches, in plain words: with one
+   * microbatch in flight each stage works only part of the time (a pipeline bubble), normal work.
+   */
+  note?: string;
+  /** Share of the last 20 seconds this miner spent computing (the rest: the microbatch was on other stages). */
+  busyShare?: number;
+  /** Set while the coordinator cannot be reached: since when, and when the next attempt is due. */
+  coordinator?: { reachable: false; sinceMs: number; retryInMs: number; error?: string };
   minerId?: string;
   stage?: number;
   stages?: number;
@@ -96,7 +110,7 @@ type RunLayout = Registration['layout'] & {
   preset: PresetName;
   seed: number;
   training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
-  merge: { readyMs: number; roundMs: number };
+  merge: { readyMs: number; roundMs: number; precision: AllReducePrecision };
   incentives?: { rotatePathways: boolean };
 };
 
@@ -112,8 +126,17 @@ export class Miner {
   private model?: Stage;
   private outer?: OuterOptimizer;
   private butterfly?: ButterflyNode;
+  /** This stage's rounds as the validator's audits replay them (audit/record.ts). */
+  private recorder?: RoundRecorder;
+  /** The recorder of the stage this miner held before: an audit of a round there can still be answered after a move. */
+  private previousRecorder?: RoundRecorder;
+  /** The run's training tokens, on the last stage (it checks the targets it receives are the run's data). */
+  private runTokens?: Uint16Array;
+  /** Audits this miner answered, and ones it could not (no record of that round kept). */
+  readonly audits = { answered: 0, missing: 0 };
+  private readonly auditing = new Set<string>();
   /** The merge this miner is paused for, if any. */
-  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout> };
+  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   private stageMap: string[][] = [];
@@ -123,6 +146,8 @@ export class Miner {
   private heartbeat?: ReturnType<typeof setInterval>;
   private reconnectTimer?: ReturnType<typeof setTimeout>;
   private connectedToCoordinator = true;
+  /** While the coordinator is unreachable: since when, the next attempt (performance.now() times) and the last error. */
+  private unreachable?: { since: number; nextTryAt: number; error?: string };
   private readonly unsent: Array<['loss' | 'receipt', object]> = [];
   /** Times this miner registered again after losing the coordinator. */
   rejoined = 0;
@@ -130,8 +155,10 @@ export class Miner {
   /** Hash of the checkpoint this miner started from, if it joined a run in progress. */
   resumedFrom?: string;
   checkpointsUploaded = 0;
+  /** The weights its last successful merge ended with: uploaded as that round's checkpoint when the coordinator asks. */
+  private lastMerged?: { stage: number; round: number; hash: string; weights: Uint8Array };
   /** Every merge round this miner took part in, as it ended. */
-  readonly merges: Array<{ stage: number; round: number; mode: MergeGo['mode']; participants: number } & Omit<MergeOutcome, 'round'>> = [];
+  readonly merges: Array<{ stage: number; round: number; mode: MergeGo['mode']; participants: number } & Omit<MergeOutcome, 'round' | 'weights'>> = [];
   /** Stage 0: microbatches whose gradient came back and was applied; and how many were sent again. */
   completed = 0;
   resubmitted = 0;
@@ -146,8 +173,10 @@ export class Miner {
   private readonly traffic = { sent: 0, received: 0, uncompressed: 0 };
   private lastLoss?: number;
   private lastWorkAt = 0;
-  /** (time, tokens) samples of the last 20 s, for tokens/s. */
-  private readonly rate: Array<[number, number]> = [];
+  /** (time, tokens, compute ms) samples of the last 20 s and the one before, for tokens/s and the busy share. */
+  private readonly rate: Array<[number, number, number]> = [];
+  /** Recent gaps between transfers (ms): how long this stage usually waits for its next microbatch. */
+  private readonly gaps: number[] = [];
 
   constructor(private readonly o: MinerOptions) {}
 
@@ -163,24 +192,40 @@ export class Miner {
       next: stage === undefined ? [] : (map[stage + 1] ?? []),
     };
     const now = performance.now();
-    while (this.rate.length > 1 && now - this.rate[0]![0] > 20_000) this.rate.shift();
+    // Over the last 20 s: tokens and compute time since the last sample before the window (a
+    // stage that works every 8 s still shows its real rate, never 0 between two microbatches).
+    while (this.rate.length > 2 && now - this.rate[1]![0] > 20_000) this.rate.shift();
     const first = this.rate[0];
     const last = this.rate[this.rate.length - 1];
-    const tokensPerSec = first && last && last[0] > first[0] ? ((last[1] - first[1]) / (last[0] - first[0])) * 1000 : 0;
+    const span = first ? now - first[0] : 0;
+    const tokensPerSec = first && last && span > 0 && now - last[0] < 60_000 ? ((last[1] - first[1]) / span) * 1000 : 0;
+    const busyShare = first && last && span > 0 ? Math.min(1, (last[2] - first[2]) / span) : undefined;
     let phase = this.phase;
     let why: string | undefined;
+    let note: string | undefined;
+    const gone = this.unreachable;
+    const silentMs = now - this.lastWorkAt;
     if (phase === 'training') {
       if (this.merging) phase = 'merging';
-      else if (r && stage !== undefined && stage > 0 && peers.previous.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage - 1} yet`];
-      else if (r && stage !== undefined && stage < r.layout.stages - 1 && peers.next.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage + 1} yet`];
-      else if (now - this.lastWorkAt > 5_000) {
+      else if (r && stage !== undefined && stage > 0 && peers.previous.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage} yet`];
+      else if (r && stage !== undefined && stage < r.layout.stages - 1 && peers.next.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage + 2} yet`];
+      else if (gone && (this.lastWorkAt === 0 || silentMs > this.stallMs())) [phase, why] = ['waiting', unreachableText(gone, now)];
+      else if (this.lastWorkAt === 0) [phase, why] = ['waiting', 'connected; waiting for the first microbatch to reach this stage'];
+      else if (silentMs > this.stallMs()) {
         phase = 'idle';
-        why = this.lastWorkAt === 0 ? 'connected; waiting for the first microbatch to reach this stage' : `no microbatch for ${Math.round((now - this.lastWorkAt) / 1000)} s: the pipeline is waiting on a slower or departed peer`;
+        why = `no microbatch for ${Math.round(silentMs / 1000)} s (one usually comes within ${Math.round(this.usualGapMs() / 1000)} s): a peer is slow or has left, or a stage is merging`;
+      } else if (silentMs > 1000 && r && r.layout.stages > 1) {
+        // A pipeline bubble: the microbatch is on another stage. Normal work, not a fault.
+        note = 'between microbatches: the current one is on another stage (in a pipeline each stage works in turn)';
       }
     }
+    const coordinator = gone ? { reachable: false as const, sinceMs: Math.round(now - gone.since), retryInMs: Math.max(0, Math.round(gone.nextTryAt - now)), ...(gone.error ? { error: gone.error } : {}) } : undefined;
     return {
       phase,
       ...(why ? { why } : {}),
+      ...(note ? { note } : {}),
+      ...(busyShare !== undefined ? { busyShare } : {}),
+      ...(coordinator ? { coordinator } : {}),
       minerId: r?.minerId,
       stage,
       stages: r?.layout.stages,
@@ -209,6 +254,16 @@ export class Miner {
       tokensPerSec: Math.min(1e7, Math.max(0, Number.isFinite(s.tokensPerSec) ? s.tokensPerSec : 0)),
       microbatches: Math.min(2 ** 31 - 1, s.microbatches),
     };
+  }
+
+  /** The longest of the recent waits between two transfers (the stage's usual pipeline bubble); 5 s before any. */
+  private usualGapMs(): number {
+    return this.gaps.length ? Math.max(...this.gaps) : 5_000;
+  }
+
+  /** Silence longer than this is a stall, not a bubble: 3× the usual wait, within 10-60 s. */
+  private stallMs(): number {
+    return Math.min(60_000, Math.max(10_000, 3 * this.usualGapMs()));
   }
 
   /** Reads a response body, reporting progress under `label`. */
@@ -255,24 +310,35 @@ export class Miner {
       socket.once('connect_error', reject);
     });
     socket.on('stages', (m: { stages: string[][] }) => this.onStageMap(m.stages));
-    socket.on('disconnect', () => {
+    socket.on('disconnect', (reason: string) => {
       this.connectedToCoordinator = false;
+      log(`disconnected from the coordinator (${reason}); reconnecting`);
       // Keep knocking until the coordinator is back. socket.io's own reconnection
       // stops for good once the server has closed the connection itself (as a
-      // coordinator shutting down does), so it cannot be relied on here.
+      // coordinator shutting down does), so it cannot be relied on here. The wait
+      // grows to 3 s: a restarted coordinator is found within seconds, and the
+      // page can say when the next try is (`status.coordinator`).
+      const start = performance.now();
+      this.unreachable = { since: start, nextTryAt: start + 500, error: reason };
+      let wait = 500;
       const retry = (): void => {
         if (!this.running || socket.connected) return;
         socket.connect();
-        this.reconnectTimer = setTimeout(retry, 1000);
+        wait = Math.min(3000, wait * 2);
+        if (this.unreachable) this.unreachable.nextTryAt = performance.now() + wait;
+        this.reconnectTimer = setTimeout(retry, wait);
       };
       clearTimeout(this.reconnectTimer);
-      this.reconnectTimer = setTimeout(retry, 500);
+      this.reconnectTimer = setTimeout(retry, wait);
+    });
+    socket.on('connect_error', (e: Error) => {
+      if (this.unreachable) this.unreachable.error = e.message;
     });
     const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
     this.registration = registration;
     this.stageRound = registration.rounds?.[registration.stage] ?? 0;
     const { minerId, stage, layout } = registration;
-    log(`registered as ${minerId.slice(0, 8)}…, stage ${stage} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}, ${boundaryCodec(layout)})`);
+    log(`registered as ${minerId.slice(0, 8)}…, stage ${stage + 1} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}, ${boundaryCodec(layout)})`);
 
     const meshOptions: MeshOptions = {
       selfId: minerId,
@@ -296,6 +362,13 @@ export class Miner {
     socket.on('merge', (m: MergeStart) => void this.onMergeStart(m));
     socket.on('merge-go', (m: MergeGo) => void this.onMergeGo(m));
     socket.on('probe', (m: ProbeRequest) => void this.onProbe(m));
+    socket.on('audit', (m: AuditRequest) => void this.onAudit(m));
+    // The round's checkpoint did not come in from the replica named to send it: this one has the same weights.
+    socket.on('checkpoint', (m: CheckpointRequest) => {
+      const last = this.lastMerged;
+      const registration = this.registration;
+      if (registration && last && m?.stage === last.stage && m.round === last.round && m.hash === last.hash && registration.stage === last.stage) void this.upload(registration, last.round, last.weights);
+    });
     socket.on('flagged', (m: { kind?: unknown; reason?: unknown }) => {
       if (typeof m?.kind === 'string' && typeof m.reason === 'string') {
         this.flagged = { kind: m.kind.slice(0, 64), reason: m.reason.slice(0, 500) };
@@ -341,7 +414,10 @@ export class Miner {
     const registration = this.registration!;
     const { minerId, layout } = registration;
     const log = this.o.log ?? (() => {});
-    if (this.worker) log(`moving to stage ${stage}`);
+    if (this.worker) log(`moving to stage ${stage + 1}`);
+    this.rate.length = 0; // a new worker counts its tokens from 0
+    this.gaps.length = 0;
+    this.lastWorkAt = 0;
     this.endMerge();
     this.worker?.dispose();
     this.model?.dispose();
@@ -351,10 +427,12 @@ export class Miner {
     this.model = model;
     this.phase = 'downloading';
     const latest = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${stage}/latest`);
+    let anchorRound = 0;
     if (latest.ok) {
-      importStageWeights(model, await this.download(latest, `stage ${stage} weights`));
+      anchorRound = Number(latest.headers.get('x-round') ?? 0) || 0;
+      importStageWeights(model, await this.download(latest, `stage ${stage + 1} weights`));
       this.resumedFrom = latest.headers.get('x-content-hash') ?? 'unknown';
-      log(`loaded stage ${stage}'s latest checkpoint (${this.resumedFrom.slice(0, 12)})`);
+      log(`loaded stage ${stage + 1}'s latest checkpoint (${this.resumedFrom.slice(0, 12)})`);
     }
     this.outer = new OuterOptimizer(await readFlat(model));
     if (this.model !== model) return; // moved again meanwhile
@@ -388,8 +466,13 @@ export class Miner {
         if (t.from === minerId) this.traffic.sent += t.bytes;
         else this.traffic.received += t.bytes;
         this.traffic.uncompressed += layout.training.batchSize * config.contextLength * config.dModel * 4;
-        this.lastWorkAt = performance.now();
-        this.rate.push([this.lastWorkAt, this.worker?.stats.tokens ?? 0]);
+        const at = performance.now();
+        if (this.lastWorkAt > 0) {
+          this.gaps.push(at - this.lastWorkAt);
+          if (this.gaps.length > 20) this.gaps.shift();
+        }
+        this.lastWorkAt = at;
+        this.rate.push([at, this.worker?.stats.tokens ?? 0, this.worker?.stats.computeMs ?? 0]);
         if (this.rate.length > 1000) this.rate.shift();
         this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t });
         if (this.o.misbehave?.forgeReceipts) {
@@ -400,11 +483,81 @@ export class Miner {
       },
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: () => this.sinceMerge++,
+      onOp: (op) => recorder.add(op),
+      // The last stage refuses microbatches whose tokens are not the windows their id is assigned (FOREIGN_TOKENS).
+      checkTokens: model.spec.isLast ? (id, batch) => this.foreignTokens(layout, id, batch) : undefined,
       deviceCodec: this.o.deviceCodec,
       misbehave: this.o.misbehave,
     });
     this.worker = worker;
+    // tokens/s counts from here: with one sample only, a miner training its first microbatches showed 0.
+    this.rate.push([performance.now(), 0, 0]);
+    // The first round starts from the weights just loaded and a fresh optimizer.
+    const recorder = new RoundRecorder(registration.runId, minerId, stage);
+    const startWeights = await exportStageWeights(model);
+    recorder.start(anchorRound, contentHash(startWeights), await worker.compute.exportState(), startWeights);
+    // Each recorder holds its last rounds with their start weights: one past stage is enough.
+    this.previousRecorder = this.recorder ?? this.previousRecorder;
+    this.recorder = recorder;
     if (stage === 0) void this.feed(config.contextLength, layout, worker);
+    else if (model.spec.isLast) void this.o.tokens.train(config.vocabSize).then((t) => (this.runTokens = t)).catch((e: Error) => log(`run data not loaded (targets unchecked): ${e.message}`));
+  }
+
+  /** Why a microbatch's tokens are not the run data its id is assigned (undefined: they are, or the data is not loaded yet). */
+  private foreignTokens(layout: RunLayout, id: Uint8Array, batch: TokenBatch): string | undefined {
+    if (!this.runTokens) return undefined;
+    const assigned = assignedWindows(this.runTokens, batch.batch, batch.time, layout.seed, id);
+    const same = (a: Int32Array, b: Int32Array): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
+    return same(assigned.inputs, batch.inputs) && same(assigned.targets, batch.targets) ? undefined : 'FOREIGN_TOKENS: the tokens are not the windows of the run data this microbatch id is assigned';
+  }
+
+  /**
+   * The coordinator chose one of this miner's finished rounds for an audit
+   * (after it closed): uploads its record. A miner that cannot answer fails
+   * the audit, so records are kept for the last few rounds (RECORDS_KEPT).
+   */
+  private async onAudit(m: AuditRequest): Promise<void> {
+    if (typeof m?.auditId !== 'string' || !/^[0-9a-f]{32}$/.test(m.auditId) || !Number.isInteger(m.round)) return;
+    if (this.o.misbehave?.refuseAudits) return;
+    // The coordinator asks again until it has the answer: one upload at a time per audit.
+    if (this.auditing.has(m.auditId)) return;
+    this.auditing.add(m.auditId);
+    try {
+      await this.answerAudit(m);
+    } finally {
+      this.auditing.delete(m.auditId);
+    }
+  }
+
+  private async answerAudit(m: AuditRequest): Promise<void> {
+    // Of this stage, or of one it held before it was moved (rebalancing moved honest miners with audits still to answer).
+    const record = [this.recorder, this.previousRecorder].find((r) => r?.stage === m.stage)?.find(m.round);
+    if (!record) {
+      this.audits.missing++;
+      this.o.log?.(`audit of round ${m.round}: no record of it kept`);
+      return;
+    }
+    const bytes = encodeRecord(record);
+    const signature = this.o.identity.sign('audit', { runId: this.registration!.runId, auditId: m.auditId, hash: contentHash(bytes) });
+    // A failed upload (the coordinator busy or restarting) is tried again, a few times, within the deadline.
+    for (let attempt = 0; attempt < 4; attempt++) {
+      try {
+        const res = await fetch(`${this.o.coordinatorUrl}/api/audits/${m.auditId}`, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/octet-stream', 'x-miner-id': this.registration!.minerId, 'x-signature': signature },
+          body: bytes as unknown as BodyInit,
+        });
+        if (res.ok) {
+          this.audits.answered++;
+          return;
+        }
+        this.o.log?.(`audit ${m.auditId.slice(0, 8)} refused: ${res.status} ${(await res.text()).slice(0, 200)}`);
+        if (res.status < 500 && res.status !== 429) return; // refused by name: sending it again changes nothing
+      } catch (e) {
+        this.o.log?.(`audit ${m.auditId.slice(0, 8)} not sent: ${(e as Error).message}`);
+      }
+      await new Promise((r) => setTimeout(r, 1000 * 2 ** attempt));
+    }
   }
 
   /** The coordinator calls a merge of this miner's stage: pause between two messages, then say what we hold. */
@@ -419,7 +572,24 @@ export class Miner {
     await worker.pause();
     if (this.merging?.round !== m.round || this.worker !== worker) return;
     try {
-      await request(this.socket!, 'merge-ready', { v: PROTOCOL_VERSION, stage: m.stage, round: m.round, stateId: this.outer!.stateId(), microbatches: this.sinceMerge });
+      // The round's end, committed before anyone knows whether it will be audited.
+      const weightsHash = contentHash(await exportStageWeights(this.model!));
+      const optimizerHash = contentHash(await worker.compute.exportState());
+      // And what it will contribute to the merge, in either mode: owners take only slices these roots prove.
+      const prepared = await prepareContribution(this.model!, this.outer!, layout.merge.precision, this.o.misbehave?.contribution);
+      if (this.merging?.round !== m.round || this.worker !== worker) return;
+      this.merging.prepared = prepared;
+      this.recorder?.ready(m.round);
+      await request(this.socket!, 'merge-ready', {
+        v: PROTOCOL_VERSION,
+        stage: m.stage,
+        round: m.round,
+        stateId: this.outer!.stateId(),
+        microbatches: this.sinceMerge,
+        weightsHash,
+        optimizerHash,
+        contributionRoots: prepared.roots,
+      });
     } catch (e) {
       this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
       if (this.merging?.round === m.round) this.endMerge();
@@ -429,23 +599,35 @@ export class Miner {
   private async onMergeGo(go: MergeGo): Promise<void> {
     const registration = this.registration;
     if (!registration || !this.merging || go?.stage !== this.merging.stage || go.round !== this.merging.round) return;
-    if (!Array.isArray(go.participants) || !go.participants.includes(registration.minerId)) {
+    const prepared = this.merging.prepared;
+    if (!Array.isArray(go.participants) || !go.participants.includes(registration.minerId) || !prepared) {
       this.endMerge(); // answered too late for this round: keep training, the work counts next time
       return;
     }
+    // The all-reduce is bounded by the round's own timeouts (roundMs): training must not resume in the middle of
+    // it (steps taken then would be overwritten by the merged weights, and would end up in the audited round's record).
+    clearTimeout(this.merging.timer);
+    this.merging.allReduce = true;
     const model = this.model!;
     this.stageRound = go.round;
     try {
-      const outcome = await runMerge(go, model, this.outer!, this.butterfly!);
+      const outcome = await runMerge(go, model, this.outer!, this.butterfly!, prepared);
       if (this.model !== model) return; // moved stage meanwhile
-      if (outcome.ok) this.worker?.merged();
-      const { round: detail, ...summary } = outcome;
+      if (outcome.ok) {
+        this.worker?.merged();
+        // The round is over; the next starts from the merged weights and the optimizer state committed with merge-ready.
+        this.recorder?.finish();
+        if (this.worker) this.recorder?.start(go.round, outcome.hash, await this.worker.compute.exportState(), outcome.weights);
+      }
+      const { round: detail, weights, ...summary } = outcome;
+      if (outcome.ok) this.lastMerged = { stage: go.stage, round: go.round, hash: outcome.hash, weights };
       this.merges.push({ stage: go.stage, round: go.round, mode: go.mode, participants: go.participants.length, ...summary });
       if (this.merges.length > 1000) this.merges.shift();
       this.o.log?.(
-        `merge ${go.round} of stage ${go.stage} (${go.mode}, ${go.participants.length} replica(s)): ${outcome.ok ? 'ok' : outcome.error}, weights ${outcome.hash.slice(0, 12)}` +
+        `merge ${go.round} of stage ${go.stage + 1} (${go.mode}, ${go.participants.length} miner(s) of the stage): ${outcome.ok ? 'ok' : outcome.error}, weights ${outcome.hash.slice(0, 12)}` +
           (detail ? `, ${detail.bytesSent} B sent, ${detail.bytesReceived} B received in ${Math.round(detail.ms)} ms` : '') +
-          (outcome.evidence.length ? `, ${outcome.evidence.length} disputed partition(s)` : ''),
+          (outcome.evidence.length ? `, ${outcome.evidence.length} disputed partition(s)` : '') +
+          (detail?.refused.length ? `, refused ${detail.refused.length} slice(s) their senders had not committed to` : ''),
       );
       this.sinceMerge = 0;
       void request(this.socket!, 'merged', {
@@ -457,8 +639,9 @@ export class Miner {
         hash: outcome.hash,
         clipped: outcome.clipped,
         evidence: outcome.evidence.slice(0, 256).map((e) => ({ partition: e.partition, owners: e.owners, hashes: e.hashes, ...(e.liar ? { liar: e.liar } : {}) })),
+        ...(detail ? { received: detail.received.slice(0, 256) } : {}),
       }).catch((e: Error) => this.o.log?.(`merge ${go.round}: report refused (${e.message})`));
-      if (outcome.ok && go.uploader === registration.minerId) await this.upload(registration, go.round);
+      if (outcome.ok && go.uploader === registration.minerId) await this.upload(registration, go.round, weights);
     } catch (e) {
       this.o.log?.(`merge ${go.round} failed: ${(e as Error).message}`);
     } finally {
@@ -482,10 +665,13 @@ export class Miner {
     try {
       const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec });
       this.rejoined++;
-      this.o.log?.(`re-registered with the coordinator, stage ${again.stage}`);
-      this.endMerge(); // a merge the old coordinator called will not finish
+      this.o.log?.(`re-registered with the coordinator, stage ${again.stage + 1}`);
+      // A merge still waiting for merge-go will not get it; one in its all-reduce ends on its own deadlines
+      // (resumed now, training would run in the middle of it, and end up in the audited round's record).
+      if (!this.merging?.allReduce) this.endMerge();
       if (again.stage !== this.registration!.stage) await this.takeStage(again.stage);
       this.connectedToCoordinator = true;
+      this.unreachable = undefined;
       for (const [event, payload] of this.unsent.splice(0)) this.report(event, payload);
     } catch (e) {
       this.o.log?.(`could not re-register: ${(e as Error).message}`);
@@ -538,22 +724,29 @@ export class Miner {
     const tokens = await this.o.tokens.train(PRESETS[layout.preset].vocabSize);
     if (this.worker !== worker) return;
     this.phase = 'training';
-    const sampler = new BatchSampler(tokens, layout.training.batchSize, time, this.o.dataSeed ?? Math.floor(Math.random() * 2 ** 31));
+    // Each microbatch's windows are the ones its id is assigned (the last stage and audits check them).
+    const ids = this.o.dataSeed === undefined ? undefined : mulberry32(this.o.dataSeed);
+    const nextId = (): Uint8Array => (ids ? Uint8Array.from({ length: 16 }, () => Math.floor(ids() * 256)) : crypto.getRandomValues(new Uint8Array(16)));
+    const draw = (): [TokenBatch, Uint8Array] => {
+      const id = nextId();
+      const batch = assignedWindows(tokens, layout.training.batchSize, time, layout.seed, id);
+      return [this.o.misbehave?.tokens ? this.o.misbehave.tokens(batch) : batch, id];
+    };
     // Wait for a miner on the next stage.
     while (this.running && (this.stageMap[1]?.length ?? 0) === 0) await new Promise((r) => setTimeout(r, 100));
     let submitted = 0;
     const limit = this.o.maxMicrobatches ?? Infinity;
     const lane = async (): Promise<void> => {
-      let batch = sampler.next();
       // Until stopped, or until this worker is replaced (the miner moved to another stage).
       while (this.running && this.worker === worker && submitted < limit) {
+        // A re-sent microbatch gets a new id, and so the windows of that id.
+        const [batch, id] = draw();
         try {
-          await worker.submit(batch);
+          await worker.submit(batch, id);
           submitted++;
           this.completed++;
-          batch = sampler.next();
         } catch (e) {
-          // Its pathway broke: the same microbatch goes again, on another pathway.
+          // Its pathway broke: the lane sends another microbatch, on another pathway.
           this.resubmitted++;
           this.o.log?.(`microbatch re-routed: ${(e as Error).message}`);
           await new Promise((r) => setTimeout(r, 200));
@@ -564,8 +757,7 @@ export class Miner {
   }
 
   /** Sends the stage's merged weights to the coordinator as its checkpoint for that round, signed. */
-  private async upload(registration: Registration, step: number): Promise<void> {
-    const bytes = await exportStageWeights(this.model!);
+  private async upload(registration: Registration, step: number, bytes: Uint8Array): Promise<void> {
     const signed = { runId: registration.runId, stage: registration.stage, step, hash: contentHash(bytes) };
     try {
       const res = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${registration.stage}`, {
@@ -591,4 +783,10 @@ export class Miner {
     this.model?.dispose();
     this.socket?.disconnect();
   }
+}
+
+/** What a person reads while the coordinator is away: that it is unreachable, for how long, and when the next try is. */
+function unreachableText(gone: { since: number; nextTryAt: number }, now: number): string {
+  const next = Math.max(0, Math.ceil((gone.nextTryAt - now) / 1000));
+  return `coordinator unreachable for ${Math.round((now - gone.since) / 1000)} s — retrying ${next === 0 ? 'now' : `in ${next} s`}`;
 }

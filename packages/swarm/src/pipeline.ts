@@ -1,18 +1,12 @@
 import * as tf from '@tensorflow/tfjs';
-import {
-  AdamW,
-  boundaryCodec,
-  cosineSchedule,
-  decodeBoundary,
-  encodeBoundary,
-  type Precision,
-  type Stage,
-  type StageInput,
-  type TokenBatch,
-} from '@train-at-home/model';
+import { type Stage, type StageInput, type TokenBatch } from '@train-at-home/model';
 import { payloadHashHex, type AssembledMessage } from '@train-at-home/protocol';
+import type { RoundOp } from './audit/record';
 import type { Mesh } from './mesh';
-import { decodeMicrobatch, encodeMicrobatch } from './microbatch';
+import { decodeMicrobatch, encodeMicrobatch, microbatchInputs } from './microbatch';
+import { StageCompute, type BoundaryDeviceCodec } from './stage-compute';
+
+export type { BoundaryDeviceCodec } from './stage-compute';
 
 /** Payloads kept for the validator's probes (both directions, sent and received). */
 export const PAYLOAD_CACHE_ENTRIES = 64;
@@ -59,12 +53,15 @@ export interface PipelineWorkerOptions {
   onStep?: (step: number) => void;
   /** A message from a peer that failed its checks: dropped, and reported. */
   onReject?: (from: string, reason: string) => void;
+  /** Every forward and backward this worker ran, in order, with the bytes in and out (the miner's round record, for audits). */
+  onOp?: (op: RoundOp) => void;
   /**
-   * The int8 boundary codec on the backend's own device (the tab's WGSL
-   * kernels on WebGPU): encodes a tensor to the same frame bytes as
-   * encodeBoundary, and decodes a frame straight to a tensor. Absent: the
-   * JS codec on downloaded values.
+   * Stage 0: checks a microbatch's token windows before it is sent (the run's
+   * data seed assigns them from its id); the last stage: checks the targets
+   * it receives the same way. Absent: no check.
    */
+  checkTokens?: (activationId: Uint8Array, batch: TokenBatch) => string | undefined;
+  /** The int8 boundary codec on the backend's own device (see StageCompute). */
   deviceCodec?: BoundaryDeviceCodec;
   /** Fault injection for tests and drills: a cheating miner (see Misbehaviour). */
   misbehave?: Misbehaviour;
@@ -83,13 +80,18 @@ export interface Misbehaviour {
   reportedLoss?(loss: number): number;
   /** A free-rider: forwards its input unchanged, passes gradients through, never computes or steps. */
   freeRide?: boolean;
+  /** Skips the weight update of every backward (a lazy learner): forward and backward are honest. */
+  skipSteps?: boolean;
+  /** Stage 0: replaces the tokens of each microbatch (text not from the run's data). */
+  tokens?(batch: TokenBatch): TokenBatch;
+  /** Never answers the validator's audits (read by the Miner). */
+  refuseAudits?: boolean;
+  /** Rewrites the contribution this miner sends to a merge (scaled, random): read by the Miner. */
+  contribution?(values: Float32Array): Float32Array;
+  /** Free-rides on every microbatch but the first after each merge (the one a replay of that moment checks). */
+  freeRideAfterFirst?: boolean;
   /** After every real transfer, also confirms one of a microbatch that never existed (read by the Miner). */
   forgeReceipts?: boolean;
-}
-
-export interface BoundaryDeviceCodec {
-  encode(x: tf.Tensor2D): Promise<Uint8Array>;
-  decode(frame: Uint8Array, rows: number, cols: number): tf.Tensor2D;
 }
 
 interface Pending {
@@ -100,6 +102,8 @@ interface Pending {
   firstTokens: Int32Array;
   /** Who sent the activation (absent on stage 0): the gradient goes back there. */
   from?: string;
+  /** The activation payload received (absent on stage 0), kept for the round record. */
+  received?: Uint8Array;
   /** Who received our activation: only they may send its gradient. */
   to?: string;
   done?: { resolve: () => void; reject: (e: Error) => void };
@@ -139,49 +143,54 @@ const hex = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padSt
 export class PipelineWorker {
   private readonly pending = new Map<string, Pending>();
   private readonly outstanding = new Map<string, number>();
-  private readonly optimizer: AdamW;
-  private readonly lr: (step: number) => number;
-  private readonly precision: Precision;
+  readonly compute: StageCompute;
   private queue: Promise<void> = Promise.resolve();
   private generation = 0;
   /** Recent payloads by `${direction}:${activationId}`, oldest first (Map keeps insertion order). */
   private readonly payloads = new Map<string, Uint8Array>();
-  step = 0;
   private disposed = false;
+  /** Backward passes since the last merge. */
+  private sinceMerged = 0;
   private release?: () => void;
   readonly stats = { microbatches: 0, tokens: 0, computeMs: 0, rejected: 0, staleGradients: 0 };
 
   constructor(private readonly o: PipelineWorkerOptions) {
-    this.optimizer = new AdamW(o.stage.params, o.stage.specs);
-    this.lr = cosineSchedule({ peakLr: o.peakLr, warmupSteps: o.warmupSteps, totalSteps: o.totalSteps });
-    this.precision = boundaryCodec(o.stage.spec.layout);
+    this.compute = new StageCompute(o.stage, { peakLr: o.peakLr, warmupSteps: o.warmupSteps, totalSteps: o.totalSteps, clipNorm: o.clipNorm }, o.deviceCodec);
     o.mesh.onMessage((from, message) => {
       if (this.disposed || message.kind === 'partition') return; // a replaced worker hears nothing; partitions are the merge's
       this.queue = this.queue.then(() => this.handle(from, message)).catch((e: unknown) => this.reject(from, (e as Error).message));
     });
   }
 
-  /** A boundary tensor to frame bytes: on the device when it has a codec (int8 only), else in JS. */
-  private async encode(x: tf.Tensor2D): Promise<Uint8Array> {
-    if (this.o.deviceCodec && this.precision === 'int8') return this.o.deviceCodec.encode(x);
-    const [rows, cols] = x.shape;
-    return encodeBoundary({ rows, cols, data: (await x.data()) as Float32Array }, this.precision);
+  private freeRiding(): boolean {
+    const bad = this.o.misbehave;
+    return !!bad?.freeRide || (!!bad?.freeRideAfterFirst && this.sinceMerged > 0);
   }
 
-  /** Frame bytes (checked: header, shape, precision, finite scales) to a tensor. */
+  /** The schedule's step: backward passes so far. */
+  get step(): number {
+    return this.compute.step;
+  }
+
+  private encode(x: tf.Tensor2D): Promise<Uint8Array> {
+    return this.compute.encode(x);
+  }
+
   private decode(bytes: Uint8Array, rows: number, cols: number): tf.Tensor2D {
-    if (this.o.deviceCodec && this.precision === 'int8') return this.o.deviceCodec.decode(bytes, rows, cols);
-    const frame = decodeBoundary(bytes, { rows, cols, precision: this.precision });
-    return tf.tensor2d(frame.data, [rows, cols]);
+    return this.compute.decode(bytes, rows, cols);
   }
 
-  /** Stage 0: runs one microbatch through the pipeline; resolves when its gradient is back and applied. */
-  submit(batch: TokenBatch): Promise<void> {
+  /**
+   * Stage 0: runs one microbatch through the pipeline; resolves when its
+   * gradient is back and applied. Its id names the batch's windows when the
+   * run assigns them (assignedWindows): give that id here.
+   */
+  submit(batch: TokenBatch, id?: Uint8Array): Promise<void> {
     if (!this.o.stage.spec.isFirst) throw new Error('only the first stage takes token batches');
     return new Promise<void>((resolve, reject) => {
       this.queue = this.queue
         .then(async () => {
-          const activationId = crypto.getRandomValues(new Uint8Array(16));
+          const activationId = id ?? crypto.getRandomValues(new Uint8Array(16));
           const input: StageInput = { batch: batch.batch, time: batch.time, x: tf.tensor2d(batch.inputs, [batch.batch, batch.time], 'int32') };
           const firstTokens = Int32Array.from({ length: batch.batch }, (_, b) => batch.inputs[b * batch.time]!);
           const entry: Pending = { input, firstTokens, generation: this.generation, done: { resolve, reject } };
@@ -214,6 +223,7 @@ export class PipelineWorker {
    */
   merged(): void {
     this.generation++;
+    this.sinceMerged = 0;
   }
 
   /** A payload this miner recently sent or received, for the validator's probe (undefined once evicted). */
@@ -263,9 +273,13 @@ export class PipelineWorker {
       maxPathway: spec.stages,
     });
     if (mb.pathway[mb.pathway.length - 1] !== from) throw new Error('pathway does not end with the sender');
+    if (spec.isLast && this.o.checkTokens) {
+      const refused = this.o.checkTokens(message.activationId, { batch: mb.batch, time: mb.time, inputs: microbatchInputs(mb), targets: mb.targets });
+      if (refused) throw new Error(refused);
+    }
     const rows = mb.batch * mb.time;
     const input: StageInput = { batch: mb.batch, time: mb.time, x: this.decode(mb.frame, rows, spec.inputWidth) };
-    const entry: Pending = { input, firstTokens: mb.firstTokens, generation: this.generation, from };
+    const entry: Pending = { input, firstTokens: mb.firstTokens, generation: this.generation, from, received: message.payload };
     const key = hex(message.activationId);
     if (this.pending.has(key)) throw new Error('activation id already in flight');
     this.pending.set(key, entry);
@@ -285,14 +299,14 @@ export class PipelineWorker {
     const rows = entry.input.batch * entry.input.time;
     const outputGrad = this.decode(message.payload, rows, spec.outputWidth);
     this.outstanding.set(from, Math.max(0, (this.outstanding.get(from) ?? 1) - 1));
-    await this.backwardAndSend(message.activationId, entry, outputGrad, undefined);
+    await this.backwardAndSend(message.activationId, entry, outputGrad, undefined, message.payload);
     outputGrad.dispose();
   }
 
   private async forwardAndSend(activationId: Uint8Array, entry: Pending, targets: Int32Array, pathway: string[]): Promise<void> {
     const started = performance.now();
     const bad = this.o.misbehave;
-    let out = (bad?.freeRide ? entry.input.x.clone() : this.o.stage.forward(entry.input)) as tf.Tensor2D;
+    let out = this.freeRiding() ? (entry.input.x.clone() as tf.Tensor2D) : this.compute.forward(entry.input);
     if (bad?.output) {
       const tampered = bad.output(out);
       if (tampered !== out) out.dispose();
@@ -305,32 +319,30 @@ export class PipelineWorker {
     entry.to = to;
     this.outstanding.set(to, (this.outstanding.get(to) ?? 0) + 1);
     const payload = encodeMicrobatch({ batch: entry.input.batch, time: entry.input.time, pathway: [...pathway, this.o.selfId], firstTokens: entry.firstTokens, targets, frame });
+    this.o.onOp?.({ kind: 'forward', activationId: hex(activationId), input: entry.received ?? new Uint8Array(0), sent: payload });
     this.confirmSending('activation', activationId, to, payload);
     await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
   }
 
-  private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined): Promise<void> {
+  private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined, outputGradBytes?: Uint8Array): Promise<void> {
     const started = performance.now();
     const bad = this.o.misbehave;
+    // A gradient of the weights before the merge takes no step (see merged()).
+    const applied = entry.generation === this.generation;
+    if (!applied) this.stats.staleGradients++;
     let result: { inputGrad?: tf.Tensor2D; loss?: number };
-    if (bad?.freeRide && outputGrad) {
+    if (this.freeRiding() && outputGrad) {
       result = { inputGrad: outputGrad.clone() as tf.Tensor2D }; // no compute, no step
+      this.compute.step++;
     } else {
-      const full = await this.o.stage.backwardAsync(entry.input, outputGrad);
-      if (entry.generation === this.generation) {
-        this.optimizer.applyClipped(full.grads, this.lr(this.step), this.o.clipNorm ?? 1).dispose();
-      } else {
-        tf.dispose(Object.values(full.grads)); // a gradient of the weights before the merge (see merged())
-        this.stats.staleGradients++;
-      }
-      result = full;
+      result = await this.compute.backward(entry.input, outputGrad, applied && !bad?.skipSteps);
     }
+    this.sinceMerged++;
     if (bad?.inputGrad && result.inputGrad) {
       const tampered = bad.inputGrad(result.inputGrad);
       if (tampered !== result.inputGrad) result.inputGrad.dispose();
       result.inputGrad = tampered;
     }
-    this.step++;
     this.o.onStep?.(this.step);
     this.stats.microbatches++;
     this.stats.tokens += entry.input.batch * entry.input.time;
@@ -342,10 +354,17 @@ export class PipelineWorker {
     this.stats.computeMs += performance.now() - started;
     this.pending.delete(hex(activationId));
     tf.dispose([entry.input.x, ...(entry.input.targets ? [entry.input.targets] : [])]);
-    if (result.loss !== undefined && pathway) {
-      const loss = bad?.reportedLoss ? bad.reportedLoss(result.loss) : result.loss;
-      this.o.onLoss?.({ activationId: hex(activationId), pathway, loss });
-    }
+    const loss = result.loss !== undefined && bad?.reportedLoss ? bad.reportedLoss(result.loss) : result.loss;
+    this.o.onOp?.({
+      kind: 'backward',
+      activationId: hex(activationId),
+      input: entry.received ?? new Uint8Array(0),
+      ...(outputGradBytes ? { outputGrad: outputGradBytes } : {}),
+      ...(gradFrame && entry.from ? { sent: gradFrame } : {}),
+      applied,
+      ...(loss !== undefined ? { loss } : {}),
+    });
+    if (loss !== undefined && pathway) this.o.onLoss?.({ activationId: hex(activationId), pathway, loss });
     if (gradFrame && entry.from) {
       this.confirmSending('gradient', activationId, entry.from, gradFrame);
       await this.o.mesh.send(entry.from, { kind: 'gradient', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, gradFrame);
@@ -426,6 +445,6 @@ export class PipelineWorker {
     this.disposed = true;
     this.resume();
     for (const key of [...this.pending.keys()]) this.abandon(key, new PipelineError('STOPPED', 'worker stopped'));
-    this.optimizer.dispose();
+    this.compute.dispose();
   }
 }

@@ -36,7 +36,11 @@ export interface ClaimReceipt {
   payout: Record<string, unknown>;
 }
 
-/** The coordinator refused: its named code (NONCE_USED, RATE_LIMITED, …; see docs/rewards-api.md), or a message that is not what we asked for (UNEXPECTED_MESSAGE). */
+/**
+ * The coordinator refused: its named code (NONCE_USED, RATE_LIMITED, …; see docs/rewards-api.md); or,
+ * before anything was signed, a message that is not what we asked for (UNEXPECTED_MESSAGE) or that names
+ * another coordinator's domain (WRONG_DOMAIN, with no status).
+ */
 export class RewardsApiError extends Error {
   override name = 'RewardsApiError';
   constructor(
@@ -70,8 +74,27 @@ function walletAddress(address: string): string {
   }
 }
 
-/** Never sign what we did not ask for: a coordinator could otherwise have a wallet sign another site's claim. */
-function expectMessage<K extends 'link' | 'claim'>(text: string, kind: K, check: (m: K extends 'link' ? LinkMessage : ClaimMessage) => boolean): void {
+export interface RewardsClientOptions {
+  /**
+   * The domain the coordinator's messages must name: by default the host (and
+   * port) of `coordinatorUrl`, the site we are talking to. Set it only where
+   * that site is reached under another name on purpose (a development proxy).
+   */
+  domain?: string;
+}
+
+/** The domain a message from this coordinator must name (lower-case host, with its port unless the scheme's default). */
+function expectedDomain(coordinatorUrl: string, options: RewardsClientOptions): string {
+  return (options.domain ?? new URL(coordinatorUrl).host).toLowerCase();
+}
+
+/**
+ * Never sign what we did not ask for: a coordinator could otherwise have a
+ * wallet sign another site's message. Its kind, miner and address are ours,
+ * and its domain is the coordinator's we are talking to: a site that relays
+ * another coordinator's challenge would get a signature that one accepts.
+ */
+function expectMessage<K extends 'link' | 'claim'>(text: string, kind: K, domain: string, check: (m: K extends 'link' ? LinkMessage : ClaimMessage) => boolean): void {
   let m;
   try {
     m = parseRewardsMessage(text);
@@ -79,6 +102,9 @@ function expectMessage<K extends 'link' | 'claim'>(text: string, kind: K, check:
     throw new RewardsApiError('UNEXPECTED_MESSAGE', `the coordinator sent a message that does not parse: ${(e as Error).message}`);
   }
   if (m.kind !== kind || !check(m as K extends 'link' ? LinkMessage : ClaimMessage)) throw new RewardsApiError('UNEXPECTED_MESSAGE', `the coordinator sent a message that is not the ${kind} asked for`);
+  if (m.domain !== domain) {
+    throw new RewardsApiError('WRONG_DOMAIN', `the coordinator at ${domain} sent a message for ${m.domain}: not signed (connect to ${m.domain} itself if that is the coordinator you mean)`);
+  }
 }
 
 /**
@@ -86,21 +112,30 @@ function expectMessage<K extends 'link' | 'claim'>(text: string, kind: K, check:
  * pay `address`. Both the wallet (signRaw) and the miner (identity) sign the
  * coordinator's message. Throws RewardsApiError with the coordinator's code.
  */
-export async function linkPayout(coordinatorUrl: string, identity: PayoutLinkSigner, address: string, signRaw: SignRaw, fetchFn: Fetch = fetch): Promise<PayoutLink> {
+export async function linkPayout(
+  coordinatorUrl: string,
+  identity: PayoutLinkSigner,
+  address: string,
+  signRaw: SignRaw,
+  fetchFn: Fetch = fetch,
+  options: RewardsClientOptions = {},
+): Promise<PayoutLink> {
   const wallet = walletAddress(address);
   const minerId = identity.publicKey.toLowerCase();
+  const domain = expectedDomain(coordinatorUrl, options);
   const { message } = await post<{ message: string }>(fetchFn, coordinatorUrl, '/api/rewards/challenge', { kind: 'link', minerId, address: wallet });
-  expectMessage(message, 'link', (m) => m.minerId === minerId && m.address === wallet);
+  expectMessage(message, 'link', domain, (m) => m.minerId === minerId && m.address === wallet);
   const signature = await signRaw(message);
   const minerSignature = await identity.sign('payout-link', { message });
   return post<PayoutLink>(fetchFn, coordinatorUrl, '/api/rewards/link', { message, signature, minerSignature });
 }
 
 /** Claims everything claimable by `address` now (up to MAX_CLAIM_EPOCHS epochs): one signed message, one receipt. */
-export async function claimRewards(coordinatorUrl: string, address: string, signRaw: SignRaw, fetchFn: Fetch = fetch): Promise<ClaimReceipt> {
+export async function claimRewards(coordinatorUrl: string, address: string, signRaw: SignRaw, fetchFn: Fetch = fetch, options: RewardsClientOptions = {}): Promise<ClaimReceipt> {
   const wallet = walletAddress(address);
+  const domain = expectedDomain(coordinatorUrl, options);
   const { message } = await post<{ message: string }>(fetchFn, coordinatorUrl, '/api/rewards/challenge', { kind: 'claim', address: wallet });
-  expectMessage(message, 'claim', (m) => m.address === wallet);
+  expectMessage(message, 'claim', domain, (m) => m.address === wallet);
   const signature = await signRaw(message);
   const { receipt } = await post<{ receipt: ClaimReceipt }>(fetchFn, coordinatorUrl, '/api/rewards/claim', { message, signature });
   return receipt;

@@ -4,6 +4,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { TSX_EXEC_ARGV } from '../tsx-loader';
 import { MIGRATIONS } from './migrations';
 
 /** What the coordinator needs of PostgreSQL: queries and transactions. */
@@ -53,7 +54,7 @@ const INITDB_ENTRY = fileURLToPath(new URL('./initdb-process.ts', import.meta.ur
 export async function initDataDir(dataDir: string): Promise<number | undefined> {
   if (existsSync(join(dataDir, 'PG_VERSION'))) return undefined;
   mkdirSync(dataDir, { recursive: true });
-  const child = fork(INITDB_ENTRY, [dataDir], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(INITDB_ENTRY, [dataDir], { execArgv: [...TSX_EXEC_ARGV], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const code = await new Promise<number | null>((resolve, reject) => {
     child.once('error', reject);
     child.once('exit', resolve);
@@ -125,6 +126,26 @@ function postgres(url: string): Database {
     },
     close: () => pool.end(),
   };
+}
+
+/**
+ * Runs a transaction again when it lost a race to a concurrent one.
+ * Under SERIALIZABLE (an operator's default_transaction_isolation) the loser
+ * of two transactions writing the same row fails with a serialization failure
+ * (40001) instead of waiting for the winner, and a deadlock (40P01) ends one
+ * of two; run again, it meets what the winner committed and is refused by
+ * name (NONCE_USED, ALREADY_CLAIMED) rather than answered 500. `fn` must
+ * hold the whole transaction, so that a retry redoes all of it.
+ */
+export async function retryRaceLoss<T>(fn: () => Promise<T>, attempts = 3): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await fn();
+    } catch (e) {
+      const code = (e as { code?: unknown } | null)?.code;
+      if (i >= attempts || (code !== '40001' && code !== '40P01')) throw e;
+    }
+  }
 }
 
 /** Applies every migration not yet recorded, each in its own transaction. */

@@ -297,4 +297,87 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       CREATE INDEX metrics_by_id ON metrics (run_id, name, id);
     `,
   },
+  {
+    version: 11,
+    name: 'whole-round audits: commitments, the audit draw, audits',
+    sql: `
+      -- What each replica committed with merge-ready, before it could know whether its round would be
+      -- audited: its weights and optimizer state at the round's end, and when that arrived (clock.ts).
+      CREATE TABLE round_commitments (
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        round integer NOT NULL,
+        miner_id text NOT NULL,
+        weights_hash text NOT NULL,
+        optimizer_hash text NOT NULL,
+        ready_at timestamptz NOT NULL,
+        PRIMARY KEY (run_id, stage, round, miner_id)
+      );
+      -- The audit draw of each stage's round: the secret's commitment published when the round began,
+      -- the secret itself revealed once the round closed (packages/incentives/src/audit-choice.ts).
+      CREATE TABLE audit_rounds (
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        round integer NOT NULL,
+        commitment text NOT NULL,
+        secret text NOT NULL,
+        rate double precision NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        revealed_at timestamptz,
+        PRIMARY KEY (run_id, stage, round)
+      );
+      CREATE TABLE audits (
+        id text PRIMARY KEY,
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        round integer NOT NULL,
+        miner_id text NOT NULL,
+        -- open → passed | failed | unanswered | abandoned (the miner left) | skipped (not the miner's fault: no checkpoint)
+        status text NOT NULL,
+        reason text,
+        detail jsonb,
+        deadline timestamptz NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        finished_at timestamptz,
+        validator_ms integer,
+        UNIQUE (run_id, stage, round, miner_id)
+      );
+      CREATE INDEX audits_by_miner ON audits (run_id, miner_id);
+      CREATE INDEX audits_open ON audits (run_id, status);
+      -- What each owner received from each sender in a merge (hash of the encoded slice), and the round's
+      -- partition seed: an audit checks the contribution a miner sent against where its round leads.
+      ALTER TABLE epochs ADD COLUMN seed integer;
+      -- When each miner was given its current stage: an audited round that began when it took the stage up starts then.
+      ALTER TABLE miners ADD COLUMN stage_since timestamptz NOT NULL DEFAULT now();
+      CREATE TABLE contribution_receipts (
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        round integer NOT NULL,
+        owner text NOT NULL,
+        sender text NOT NULL,
+        partition integer NOT NULL,
+        hash text NOT NULL,
+        PRIMARY KEY (run_id, stage, round, sender, partition, owner)
+      );
+    `,
+  },
+  {
+    version: 12,
+    name: 'each replica\'s weights after a merge, as it reported them',
+    sql: `
+      -- The hash each replica reported with \`merged\` (the majority's is merged_hash): an audit of its next
+      -- round may start from these weights, its own, when they are not the majority's.
+      ALTER TABLE epochs ADD COLUMN merged_hashes jsonb NOT NULL DEFAULT '{}';
+    `,
+  },
+  {
+    version: 13,
+    name: 'each replica\'s committed merge contribution',
+    sql: `
+      -- The Merkle roots of what a replica will contribute to its merge, in either mode, sent with
+      -- merge-ready (packages/swarm/src/allreduce/commitment.ts): owners take only slices they prove,
+      -- and an audit compares the one of the merge's mode with where the round leads.
+      ALTER TABLE round_commitments ADD COLUMN outer_root text, ADD COLUMN average_root text;
+    `,
+  },
 ];

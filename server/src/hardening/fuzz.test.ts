@@ -31,7 +31,7 @@ function templates(self: string, peer: string): Record<string, Record<string, un
     signal: { v: PROTOCOL_VERSION, to: peer, kind: 'offer', payload: 'v=0', seq: 1, signature: `0x${hex(64)}` },
     receipt: { v: PROTOCOL_VERSION, epoch: 0, activationId: hex(16), direction: 'activation', from: self, to: peer, bytes: 10, payloadHash: hex(32) },
     loss: { v: PROTOCOL_VERSION, epoch: 0, activationId: hex(16), pathway: [peer, self], loss: 3.2 },
-    'merge-ready': { v: PROTOCOL_VERSION, stage: 0, round: 1, stateId: hex(32), microbatches: 3 },
+    'merge-ready': { v: PROTOCOL_VERSION, stage: 0, round: 1, stateId: hex(32), microbatches: 3, weightsHash: hex(32), optimizerHash: hex(32), contributionRoots: { outer: hex(32), average: hex(32) } },
     merged: { v: PROTOCOL_VERSION, stage: 0, round: 1, ok: true, hash: hex(32), clipped: 0, evidence: [{ partition: 0, owners: [self, peer], hashes: [hex(32), hex(32)], liar: peer }] },
     frame: { v: PROTOCOL_VERSION, to: peer, chunk: new Uint8Array(randomBytes(64)) },
   };

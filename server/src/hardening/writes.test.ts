@@ -73,7 +73,7 @@ describe('what a registered miner can write, and what a list returns', () => {
     const gos: MergeGo[] = [];
     for (const m of [a0!, a1!]) {
       m.socket.on('merge', (s: { stage: number; round: number }) =>
-        m.socket.emit('merge-ready', { v: PROTOCOL_VERSION, stage: s.stage, round: s.round, stateId: 'cd'.repeat(32), microbatches: 1 }, () => {}),
+        m.socket.emit('merge-ready', { v: PROTOCOL_VERSION, stage: s.stage, round: s.round, stateId: 'cd'.repeat(32), microbatches: 1, weightsHash: 'cd'.repeat(32), optimizerHash: 'cd'.repeat(32), contributionRoots: { outer: 'cd'.repeat(32), average: 'cd'.repeat(32) } }, () => {}),
       );
       m.socket.on('merge-go', (g: MergeGo) => gos.push(g));
     }

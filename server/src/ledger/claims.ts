@@ -1,5 +1,5 @@
 import { MAX_AMOUNT, MAX_CLAIM_EPOCHS, type ClaimMessage } from '@train-at-home/protocol';
-import type { Database, Queryable } from '../db/database';
+import { retryRaceLoss, type Database, type Queryable } from '../db/database';
 import { RewardsError } from '../rewards/errors';
 import { consumeNonce } from '../rewards/nonces';
 import { baseUnits, iso } from './queries';
@@ -159,22 +159,6 @@ async function checkBalance(tx: Queryable, claim: Claim): Promise<void> {
   );
   if (baseUnits(row!.items) !== claim.amount || baseUnits(row!.claimed) > baseUnits(row!.settled)) {
     throw new Error(`ledger invariant broken for ${claim.address}: settled ${row!.settled}, claimed ${row!.claimed}, claim ${claim.amount} of items ${row!.items}`);
-  }
-}
-
-/**
- * Under SERIALIZABLE (an operator's default_transaction_isolation) a racing claim
- * fails with a serialization failure instead of waiting; run again, it meets the
- * committed winner and is refused by name.
- */
-async function retryRaceLoss<T>(fn: () => Promise<T>, attempts = 3): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await fn();
-    } catch (e) {
-      const code = (e as { code?: unknown } | null)?.code;
-      if (i >= attempts || (code !== '40001' && code !== '40P01')) throw e;
-    }
   }
 }
 

@@ -15,7 +15,7 @@ const HEADER_ROOM_BYTES = 1024 * 1024;
 export function checkpointLimitBytes(specs: StageSpec[]): number {
   return Math.max(...specs.map((s) => paramSpecs(s).reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0))) * 4 + HEADER_ROOM_BYTES;
 }
-/** Checkpoints kept per stage; older ones are deleted. */
+/** Checkpoints kept per stage; older ones are deleted, but for those an audit still to replay may start from. */
 export const KEEP_CHECKPOINTS = 3;
 
 function fail(reply: FastifyReply, status: number, code: string, message: string): FastifyReply {
@@ -79,6 +79,12 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
       if (e instanceof WeightsError) return fail(reply, 400, 'BAD_WEIGHTS', e.message);
       throw e;
     }
+    // A round's checkpoint is its majority's weights: once the round has ended, only those are taken. (One
+    // uploaded while it is still merging is kept until then, and dropped if the majority ended elsewhere.)
+    const [round] = await coordinator.db.query<{ merged_hash: string | null; phase: string }>('SELECT merged_hash, phase FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3', [coordinator.runId, stage, step]);
+    if (round && round.phase === 'training' && round.merged_hash !== hash) {
+      return fail(reply, 409, 'CHECKPOINT_MISMATCH', `round ${step} of stage ${stage + 1} ended with weights ${round.merged_hash?.slice(0, 12) ?? '(none agreed)'}, not ${hash.slice(0, 12)}`);
+    }
     await coordinator.db.transaction(async (tx) => {
       await tx.query(
         `INSERT INTO checkpoints (run_id, stage, epoch, hash, bytes, miner_id, data) VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -86,9 +92,11 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
         [coordinator.runId, stage, step, hash, bytes.length, minerId, bytes],
       );
       await tx.query(
+        // An audit still to replay starts from a recent checkpoint of its stage: those are kept until it is done.
         `DELETE FROM checkpoints WHERE run_id = $1 AND stage = $2 AND epoch NOT IN
-           (SELECT epoch FROM checkpoints WHERE run_id = $1 AND stage = $2 ORDER BY epoch DESC LIMIT $3)`,
-        [coordinator.runId, stage, KEEP_CHECKPOINTS],
+           (SELECT epoch FROM checkpoints WHERE run_id = $1 AND stage = $2 ORDER BY epoch DESC LIMIT $3)
+           AND epoch < coalesce((SELECT min(round) - $4 FROM audits WHERE run_id = $1 AND stage = $2 AND status IN ('open', 'replaying')), 2147483647)`,
+        [coordinator.runId, stage, KEEP_CHECKPOINTS, KEEP_CHECKPOINTS],
       );
     });
     return reply.code(201).send({ stage, step, hash });
@@ -99,14 +107,17 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
     if (stage === undefined) return fail(reply, 404, 'NO_SUCH_STAGE', `stage ${req.params.stage.slice(0, 20)}`);
     const latest = await latestCheckpoint(coordinator, stage);
     if (!latest) return fail(reply, 404, 'NO_CHECKPOINT', `no checkpoint for stage ${req.params.stage}`);
-    return reply.type('application/octet-stream').header('x-content-hash', contentHash(latest.data)).send(Buffer.from(latest.data));
+    // The merge round it is the result of: a miner's round record starts from it (audits replay from it).
+    return reply.type('application/octet-stream').header('x-content-hash', contentHash(latest.data)).header('x-round', String(latest.epoch)).send(Buffer.from(latest.data));
   });
 };
 
 export async function latestCheckpoint(coordinator: Coordinator, stage: number): Promise<{ data: Uint8Array; epoch: number } | undefined> {
   if (!Number.isInteger(stage)) return undefined;
+  // Only a round's agreed weights: what its majority of replicas ended with (phases.ts), never a lone upload.
   const [row] = await coordinator.db.query<{ data: Uint8Array; epoch: number }>(
-    'SELECT data, epoch FROM checkpoints WHERE run_id = $1 AND stage = $2 AND data IS NOT NULL ORDER BY epoch DESC, created_at DESC LIMIT 1',
+    `SELECT c.data, c.epoch FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash
+     WHERE c.run_id = $1 AND c.stage = $2 AND c.data IS NOT NULL ORDER BY c.epoch DESC, c.created_at DESC LIMIT 1`,
     [coordinator.runId, stage],
   );
   return row ? { data: new Uint8Array(row.data), epoch: row.epoch } : undefined;

@@ -27,6 +27,8 @@ export const dashboardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; fee
       sample: latest[0] ?? null,
       bigramLoss: bigram ?? null,
       settledEpoch: settled ?? null,
+      // The coordinator's last restart: a time nothing could be recorded (null on a first start).
+      outage: coordinator.outage ?? null,
       lastIds: { trainLoss: cursors.train_loss, heldOutLoss: cursors.heldout_loss },
     };
   });

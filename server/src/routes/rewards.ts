@@ -3,6 +3,7 @@ import { PAYOUT_LEAF_ENCODING } from '@train-at-home/incentives';
 import { MAX_REWARDS_MESSAGE_CHARS, RewardsMessageError, canonicalAddress, formatRewardsMessage, parseRewardsMessage, type RewardsMessage } from '@train-at-home/protocol';
 import type { FastifyError, FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
+import { retryRaceLoss } from '../db/database';
 import { RateLimited } from '../rate-limited';
 import { MAX_EPOCH } from '../ledger/epochs';
 import { balance, claimable, executeClaim, receipts } from '../ledger/claims';
@@ -34,18 +35,21 @@ const ChallengeBody = Type.Object(
 const LinkBody = Type.Object({ message: Message, signature: Signature, minerSignature: Signature }, { additionalProperties: false });
 const ClaimBody = Type.Object({ message: Message, signature: Signature }, { additionalProperties: false });
 const AddressParams = Type.Object({ address: Address });
+/**
+ * A query's values are strings, and Ajv coerces nothing (app.ts): a number is
+ * its decimal digits, read by `bounded`; a repeated parameter (an array) or an
+ * unknown one does not fit.
+ */
+const Digits = Type.String({ pattern: '^(?:0|[1-9][0-9]{0,9})$' });
 const BalanceQuery = Type.Object(
   {
-    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_REWARDS_PAGE })),
+    limit: Type.Optional(Digits),
     // The cursor a page names: epochs before this (run, epoch), newest first.
     before: Type.Optional(Type.String({ pattern: '^[0-9]{1,10}:[0-9]{1,10}$' })),
   },
   { additionalProperties: false },
 );
-const ClaimsQuery = Type.Object(
-  { limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_REWARDS_PAGE })), before: Type.Optional(Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 })) },
-  { additionalProperties: false },
-);
+const ClaimsQuery = Type.Object({ limit: Type.Optional(Digits), before: Type.Optional(Digits) }, { additionalProperties: false });
 
 /**
  * Rewards for wallet holders (docs/rewards-api.md): a wallet links itself as
@@ -62,8 +66,8 @@ export const rewardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; settin
   const now = (): Date => new Date(settings.now());
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
-    // The app's per-IP limit on every route: its own answer (RATE_LIMITED, retryAfterMs, retry-after).
-    if (err instanceof RateLimited) return reply.code(429).send(err.body);
+    // The app's per-IP limit on every route, and this plugin's per-address one: RATE_LIMITED, retryAfterMs, retry-after.
+    if (err instanceof RateLimited) return reply.code(429).header('retry-after', String(Math.ceil(err.retryAfterMs / 1000))).send(err.body);
     const { status, code, message } = refusal(err);
     if (status >= 500) req.log.error({ err }, 'rewards request failed');
     return reply.code(status).send({ error: code, message });
@@ -78,7 +82,9 @@ export const rewardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; settin
     return m as Extract<RewardsMessage, { kind: K }>;
   };
 
-  app.post<{ Body: Static<typeof ChallengeBody> }>('/api/rewards/challenge', { schema: { body: ChallengeBody }, ...limited() }, async (req, reply) => {
+  // A challenge proves no address: limited per IP only (rewards/rate-limit.ts).
+  const challengeLimits = limited();
+  app.post<{ Body: Static<typeof ChallengeBody> }>('/api/rewards/challenge', { schema: { body: ChallengeBody }, onRequest: challengeLimits.onRequest }, async (req, reply) => {
     const { kind, minerId: rawMiner } = req.body;
     const address = canonicalAddress(req.body.address);
     const ttl = settings.challengeTtlMs;
@@ -96,24 +102,32 @@ export const rewardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; settin
     return reply.send(await issueNonce(db, 'claim', address, now(), ttl, write));
   });
 
-  app.post<{ Body: Static<typeof LinkBody> }>('/api/rewards/link', { schema: { body: LinkBody }, ...limited() }, async (req) => {
+  const linkLimits = limited();
+  app.post<{ Body: Static<typeof LinkBody> }>('/api/rewards/link', { schema: { body: LinkBody }, onRequest: linkLimits.onRequest }, async (req) => {
     const { message, signature, minerSignature } = req.body;
     const m = fresh(message, 'link');
     verifyWalletSignature(message, signature, m.address);
+    await linkLimits.proven(req, m.address); // counted against the address only now that its wallet signed
     verifyMinerSignature(message, minerSignature, m.minerId);
     const at = now();
-    return db.transaction(async (tx) => {
-      const issued = await consumeNonce(tx, m.nonce, 'link', at);
-      if (issued.message !== message) throw new RewardsError('MESSAGE_MISMATCH', 'the message differs from the one issued with its nonce');
-      const linkedAt = await insertLink(tx, m.minerId.slice(2), m.address, m.nonce);
-      return { minerId: m.minerId, address: m.address, linkedAt };
-    });
+    // Copies of one link sent at once race for its nonce: under SERIALIZABLE the losers' transactions
+    // fail (40001) and, run again, find the nonce used (NONCE_USED), as claims do.
+    return retryRaceLoss(() =>
+      db.transaction(async (tx) => {
+        const issued = await consumeNonce(tx, m.nonce, 'link', at);
+        if (issued.message !== message) throw new RewardsError('MESSAGE_MISMATCH', 'the message differs from the one issued with its nonce');
+        const linkedAt = await insertLink(tx, m.minerId.slice(2), m.address, m.nonce);
+        return { minerId: m.minerId, address: m.address, linkedAt };
+      }),
+    );
   });
 
-  app.post<{ Body: Static<typeof ClaimBody> }>('/api/rewards/claim', { schema: { body: ClaimBody }, ...limited() }, async (req) => {
+  const claimLimits = limited();
+  app.post<{ Body: Static<typeof ClaimBody> }>('/api/rewards/claim', { schema: { body: ClaimBody }, onRequest: claimLimits.onRequest }, async (req) => {
     const { message, signature } = req.body;
     const m = fresh(message, 'claim');
     verifyWalletSignature(message, signature, m.address);
+    await claimLimits.proven(req, m.address);
     return { receipt: await executeClaim(db, m, message, settings.payoutSink, now()) };
   });
 
@@ -123,7 +137,7 @@ export const rewardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; settin
     async (req) => {
       const address = canonicalAddress(req.params.address);
       const before = runEpoch(req.query.before);
-      const page = await balance(db, address, req.query.limit ?? DEFAULT_REWARDS_PAGE, before);
+      const page = await balance(db, address, bounded(req.query.limit, 'limit', 1, MAX_REWARDS_PAGE) ?? DEFAULT_REWARDS_PAGE, before);
       const miners = await linkedMiners(db, address, MAX_REWARDS_PAGE);
       return { address, miners, totals: page.totals, leafEncoding: PAYOUT_LEAF_ENCODING, epochs: page.epochs, nextBefore: page.nextBefore };
     },
@@ -134,10 +148,19 @@ export const rewardRoutes: FastifyPluginAsync<{ coordinator: Coordinator; settin
     { schema: { params: AddressParams, querystring: ClaimsQuery } },
     async (req) => {
       const address = canonicalAddress(req.params.address);
-      return receipts(db, address, req.query.limit ?? DEFAULT_REWARDS_PAGE, req.query.before ?? null);
+      const limit = bounded(req.query.limit, 'limit', 1, MAX_REWARDS_PAGE) ?? DEFAULT_REWARDS_PAGE;
+      return receipts(db, address, limit, bounded(req.query.before, 'before', 1, 2 ** 31 - 1));
     },
   );
 };
+
+/** A query's integer (its digits checked by the schema) within min…max; null when absent. */
+function bounded(raw: string | undefined, name: string, min: number, max: number): number | null {
+  if (raw === undefined) return null;
+  const n = Number(raw);
+  if (n < min || n > max) throw new RewardsError('BAD_REQUEST', `${name} must be an integer in ${min}…${max}`);
+  return n;
+}
 
 /** A `<run>:<epoch>` cursor, each part a PostgreSQL integer. */
 function runEpoch(raw: string | undefined): { runId: number; epoch: number } | null {

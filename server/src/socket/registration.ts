@@ -6,12 +6,22 @@ import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
 import { ANNOUNCE_WAIT_MS } from '../activations';
 import { arrivalTime } from '../clock';
 import type { Coordinator } from '../coordinator';
+import { eventArgs, type Ack } from './ack';
 import { SocketRateLimits } from './rate-limits';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */
 export const CHALLENGE_TTL_MS = 60_000;
 /** Rejected messages a connection may send before it is disconnected. */
 export const MAX_REJECTIONS = 5;
+/**
+ * Refusals an honest miner earns from timing alone, which never count toward
+ * MAX_REJECTIONS: a report that arrived after its round closed, a second copy,
+ * a receipt naming a peer that just left or a microbatch not yet announced.
+ * (They are bounded by the rate limits instead.) Counted, an honest miner was
+ * disconnected after five of them in a long run, and its reconnection ended
+ * the merge it was in, so it trained in the middle of an all-reduce.
+ */
+const TIMING_REFUSALS = new Set(['OUT_OF_PHASE', 'REPLAYED', 'UNKNOWN_PEER', 'UNKNOWN_ACTIVATION', 'RATE_LIMITED']);
 
 /**
  * What a connection keeps in `socket.data`: the stage of its registered miner,
@@ -29,8 +39,6 @@ interface SocketState {
   minerId?: string;
   rejections: number;
 }
-
-type Ack = (reply: { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string; retryAfterMs?: number } }) => void;
 
 /**
  * The registration handshake, then the events of a registered miner. Every
@@ -54,21 +62,19 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
     // a miner's reports keep the order it sent them in even when one waits (the validator counts a
     // miner's inner steps between two of its receipts: validator/spot-checks.ts).
     const handle = <E extends ClientEvent>(event: E, fn: (msg: ReturnType<typeof parseClientMessage<E>>, ack: Ack, arrived: string) => Promise<void>): void => {
-      socket.on(event as string, (...args: unknown[]) => {
-        // A message with no payload (`emit(event, ack)`) still gets its acknowledgement: the rejection.
-        const [data, maybeAck] = typeof args[0] === 'function' && args.length === 1 ? [undefined, args[0]] : args;
-        void run(data, maybeAck, arrivalTime());
-      });
-      const run = async (data: unknown, maybeAck: unknown, arrived: string): Promise<void> => {
-        const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event, ...reply });
+      socket.on(event as string, (...args: unknown[]) => void run(eventArgs(args), arrivalTime()));
+      const run = async ({ payloads, callback }: ReturnType<typeof eventArgs>, arrived: string): Promise<void> => {
+        const ack: Ack = callback ?? ((reply) => socket.emit('reply', { event, ...reply }));
         if (await overBudget(event, ack)) return;
         try {
-          await fn(parseClientMessage<E>(event, data), ack, arrived);
+          // A message is one payload: none (parsed as undefined) or several are refused by name, like any other malformed one.
+          if (payloads.length > 1) throw new ProtocolError('SCHEMA', `a ${event} message is one payload, not ${payloads.length}`);
+          await fn(parseClientMessage<E>(event, payloads[0]), ack, arrived);
         } catch (e) {
           const error = e instanceof ProtocolError ? { code: e.code, message: e.message } : { code: 'INTERNAL', message: 'the coordinator could not handle this message' };
           if (!(e instanceof ProtocolError)) coordinator.log.error({ err: e, event }, 'handler failed');
           ack({ ok: false, error });
-          state.rejections++;
+          if (!TIMING_REFUSALS.has(error.code)) state.rejections++;
           if (error.code === 'BAD_SIGNATURE' || state.rejections > MAX_REJECTIONS) socket.disconnect(true);
         }
       };
@@ -77,8 +83,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
     const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame', 'merge-ready', 'merged']);
     socket.onAny(async (event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
-      const given = args.find((a) => typeof a === 'function') as Ack | undefined;
-      const ack: Ack = given ?? ((reply) => socket.emit('reply', { event: String(event).slice(0, 40), ...reply }));
+      const ack: Ack = eventArgs(args).callback ?? ((reply) => socket.emit('reply', { event: String(event).slice(0, 40), ...reply }));
       if (await overBudget(String(event), ack)) return;
       ack({ ok: false, error: { code: 'UNKNOWN_EVENT', message: `unknown event ${String(event).slice(0, 40)}` } });
       if (++state.rejections > MAX_REJECTIONS) socket.disconnect(true);
@@ -109,19 +114,19 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
           `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2`,
           [coordinator.runId, minerId],
         );
-        // A returning miner (after its own or the coordinator's restart) goes back to
-        // the stage it held, where its weights are, unless that stage is the most crowded.
+        // A returning miner (after a reconnection, its own restart or the coordinator's) goes back to the stage it
+        // held, where its weights, its peers and its audited rounds are. Moved to the least-staffed stage instead,
+        // miners coming back one by one after a restart were shuffled across stages, and a cheater reconnecting
+        // under load landed on a stage where its cheat could not act. A stage left empty is refilled by
+        // rebalanceStages, as after any departure.
         const [previous] = await tx.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
         if (previous?.status === 'flagged') throw new ProtocolError('FLAGGED', 'the validator flagged this miner; see /api/miners/<id>/score for why');
-        const counts = Array.from({ length: coordinator.run.stages }, (_, s) => members.filter((m) => m.stage === s).length);
-        const assigned =
-          previous && previous.stage < coordinator.run.stages && counts[previous.stage]! <= Math.min(...counts)
-            ? previous.stage
-            : stageForNewcomer(coordinator.run.stages, members);
+        const assigned = previous && previous.stage < coordinator.run.stages ? previous.stage : stageForNewcomer(coordinator.run.stages, members);
         await tx.query(
           `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 'active')
-           ON CONFLICT (id) DO UPDATE SET run_id = $2, backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now()`,
+           ON CONFLICT (id) DO UPDATE SET run_id = $2, backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now(),
+             stage_since = CASE WHEN miners.stage = $7 THEN miners.stage_since ELSE now() END`,
           [minerId, coordinator.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned],
         );
         return assigned;
@@ -224,9 +229,9 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
     });
 
     // The phase machine's merge handshake (see phases.ts).
-    handle('merge-ready', async (msg, ack) => {
+    handle('merge-ready', async (msg, ack, arrived) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
-      await coordinator.phases.onReady(state.minerId, msg);
+      await coordinator.phases.onReady(state.minerId, msg, arrived);
       ack({ ok: true });
     });
     handle('merged', async (msg, ack, arrived) => {
@@ -238,16 +243,17 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
     // Relay fallback: a chunk for a peer this miner cannot reach directly. Only
     // registered miners may use it, only well-formed chunks are carried, and
     // every byte is counted.
-    socket.on('frame', async (data: unknown, maybeAck?: unknown) => {
-      const ack: Ack = typeof maybeAck === 'function' ? (maybeAck as Ack) : (reply) => socket.emit('reply', { event: 'frame', ...reply });
+    socket.on('frame', async (...args: unknown[]) => {
+      const { payloads, callback } = eventArgs(args);
+      const ack: Ack = callback ?? ((reply) => socket.emit('reply', { event: 'frame', ...reply }));
       if (await overBudget('frame', ack)) return;
       const refuse = (code: string, message: string): void => {
         ack({ ok: false, error: { code, message } });
-        if (++state.rejections > MAX_REJECTIONS) socket.disconnect(true);
+        if (!TIMING_REFUSALS.has(code) && ++state.rejections > MAX_REJECTIONS) socket.disconnect(true);
       };
       if (!state.minerId) return refuse('NOT_REGISTERED', 'register first');
-      const m = data as { v?: unknown; to?: unknown; chunk?: unknown };
-      if (typeof m !== 'object' || m === null || m.v !== PROTOCOL_VERSION || typeof m.to !== 'string' || !(m.chunk instanceof Uint8Array)) {
+      const m = payloads[0] as { v?: unknown; to?: unknown; chunk?: unknown };
+      if (payloads.length !== 1 || typeof m !== 'object' || m === null || m.v !== PROTOCOL_VERSION || typeof m.to !== 'string' || !(m.chunk instanceof Uint8Array)) {
         return refuse('SCHEMA', 'a frame is { v, to, chunk: bytes }');
       }
       try {
@@ -259,7 +265,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       if (!target || m.to === state.minerId) return refuse('UNKNOWN_PEER', 'no registered miner with that id is connected');
       coordinator.relayed.frameBytes += m.chunk.length;
       target.emit('frame', { from: state.minerId, chunk: m.chunk });
-      if (typeof maybeAck === 'function') ack({ ok: true });
+      if (callback) ack({ ok: true });
     });
 
     socket.on('disconnect', async () => {
@@ -282,7 +288,7 @@ export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
     [coordinator.runId],
   );
   for (const move of rebalance(coordinator.run.stages, members)) {
-    await coordinator.db.query('UPDATE miners SET stage = $1 WHERE id = $2', [move.to, move.id]);
+    await coordinator.db.query('UPDATE miners SET stage = $1, stage_since = now() WHERE id = $2', [move.to, move.id]);
     const socket = coordinator.sockets.get(move.id);
     if (socket) (socket.data as MinerSocketData).stage = move.to;
     socket?.leave(`stage:${move.from}`);

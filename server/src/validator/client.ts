@@ -2,6 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
 import type { RunConfig } from '../run-config';
+import { TSX_EXEC_ARGV } from '../tsx-loader';
 import { ValidatorError } from './compute';
 import type { ValidatorJob } from './jobs';
 
@@ -13,9 +14,13 @@ const ENTRY = fileURLToPath(new URL('./process.ts', import.meta.url));
  */
 export function validatorEntry(env: NodeJS.ProcessEnv = process.env): { entry: string; execArgv: string[] } {
   const bundled = env.TAH_VALIDATOR_ENTRY;
-  return bundled ? { entry: bundled, execArgv: [] } : { entry: ENTRY, execArgv: ['--import', 'tsx'] };
+  return bundled ? { entry: bundled, execArgv: [] } : { entry: ENTRY, execArgv: [...TSX_EXEC_ARGV] };
 }
-/** A job the validator has not answered in this time fails (the process is then restarted). */
+/**
+ * A job the validator has not answered this long after it began running fails (the process is then
+ * restarted). Counted from the job's start, not from when it was sent: a job waiting behind a queue
+ * of audits is not a wedged validator.
+ */
 export const VALIDATOR_JOB_TIMEOUT_MS = 120_000;
 /** After the process exits unasked, it is started again after this pause… */
 export const VALIDATOR_RESTART_MS = 500;
@@ -25,7 +30,9 @@ export const VALIDATOR_MAX_RESTART_MS = 30_000;
 interface Pending {
   resolve: (v: unknown) => void;
   reject: (e: Error) => void;
-  timer: ReturnType<typeof setTimeout>;
+  /** Armed when the process says the job began (`started`). */
+  timer?: ReturnType<typeof setTimeout>;
+  arm: () => void;
 }
 
 /**
@@ -81,10 +88,11 @@ export class ValidatorProcess {
       child.on('message', onReady);
     });
     this.isReady = () => isReady && this.child === child;
-    child.on('message', (m: { id?: number; ok?: boolean; result?: unknown; error?: { code: string; message: string } }) => {
+    child.on('message', (m: { id?: number; started?: boolean; ok?: boolean; result?: unknown; error?: { code: string; message: string } }) => {
       if (typeof m?.id !== 'number') return;
       const p = this.pending.get(m.id);
       if (!p) return;
+      if (m.started) return p.arm();
       this.pending.delete(m.id);
       clearTimeout(p.timer);
       if (m.ok) p.resolve(m.result);
@@ -114,12 +122,19 @@ export class ValidatorProcess {
     if (!child?.connected) throw new ValidatorError('VALIDATOR_EXITED', 'the validator process is restarting');
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        reject(new ValidatorError('VALIDATOR_TIMEOUT', `no answer to job ${id} (${job.kind}) in ${timeoutMs} ms`));
-        child.kill('SIGKILL'); // a wedged validator is restarted
-      }, timeoutMs);
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      const p: Pending = {
+        resolve: resolve as (v: unknown) => void,
+        reject,
+        arm: () => {
+          clearTimeout(p.timer);
+          p.timer = setTimeout(() => {
+            this.pending.delete(id);
+            reject(new ValidatorError('VALIDATOR_TIMEOUT', `no answer to job ${id} (${job.kind}) ${timeoutMs} ms after it began`));
+            child.kill('SIGKILL'); // a wedged validator is restarted
+          }, timeoutMs);
+        },
+      };
+      this.pending.set(id, p);
       child.send({ id, job });
       this.onJob?.(job.kind, child.pid);
     });

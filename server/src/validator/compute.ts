@@ -10,6 +10,7 @@ import {
   decodeBoundary,
   encodeBoundary,
   evaluationBatches,
+  exportStageWeights,
   importStageWeights,
   stageSpecs,
   type Precision,
@@ -21,7 +22,8 @@ import {
 } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { compareOutputs, type OutputComparison } from '@train-at-home/incentives';
-import { decodeMicrobatch, microbatchInputs } from '@train-at-home/swarm';
+import { decodeMicrobatch, decodeRecord, microbatchInputs, replayRound, type AuditVerdict, type RoundRecord } from '@train-at-home/swarm';
+import type { AuditJob } from './audits';
 import type { RunConfig } from '../run-config';
 import { judge, type CheckKind } from './thresholds';
 
@@ -78,7 +80,7 @@ export class ValidatorError extends Error {
 export class ValidatorCompute {
   private readonly specs: StageSpec[];
   private readonly precision: Precision;
-  private data?: { batches: TokenBatch[]; bigram: number; tokenizer: Tokenizer };
+  private data?: { batches: TokenBatch[]; bigram: number; tokenizer: Tokenizer; train: Uint16Array };
   /** Recently used stage weights by `${stage}:${hash}` (a few rounds per stage). */
   private readonly stages = new Map<string, Stage>();
   /** The backend the model work runs on. */
@@ -106,6 +108,8 @@ export class ValidatorCompute {
       batches: evaluationBatches(ds.heldOut, 32, config.contextLength, this.evalBatches),
       bigram: bigramBaseline(ds.train, ds.heldOut, config.vocabSize).loss,
       tokenizer: ds.tokenizer,
+      // Audits check stage 0's tokens against the windows each microbatch id is assigned.
+      train: ds.train,
     };
   }
 
@@ -166,6 +170,55 @@ export class ValidatorCompute {
    * sent back) is recomputed with its stage's weights of that round and
    * compared; on the last stage, the loss it reported.
    */
+  /**
+   * Replays one miner's whole round (validator/audits.ts) from the weights it
+   * started from: the checkpoint given, or the run's initial weights; either
+   * must have the hash the record names, else the record lies about its start.
+   */
+  async audit(job: AuditJob): Promise<AuditVerdict> {
+    const { train } = this.ready();
+    let record: RoundRecord;
+    try {
+      record = decodeRecord(job.record);
+    } catch (e) {
+      return { passed: false, reason: 'AUDIT_BAD_RECORD', detail: (e as Error).message, ops: 0, steps: 0, ms: 0 };
+    }
+    const spec = this.specs[record.stage];
+    if (!spec) return { passed: false, reason: 'AUDIT_BAD_RECORD', detail: `no stage ${record.stage} in this run`, ops: 0, steps: 0, ms: 0 };
+    const stage = new Stage(spec, this.run.seed);
+    try {
+      const start = job.startWeights ?? (record.anchorRound > 0 ? record.anchorWeights : undefined);
+      if (start) {
+        try {
+          importStageWeights(stage, start);
+        } catch (e) {
+          return { passed: false, reason: 'AUDIT_START_MISMATCH', detail: `the weights the round starts from do not load: ${(e as Error).message}`, ops: record.ops.length, steps: 0, ms: 0 };
+        }
+      }
+      if (contentHash(await exportStageWeights(stage)) !== record.anchorHash) {
+        return { passed: false, reason: 'AUDIT_START_MISMATCH', detail: `the weights of round ${record.anchorRound} are not the ones the record names`, ops: record.ops.length, steps: 0, ms: 0 };
+      }
+      const { batchSize, peakLr, warmupSteps, totalSteps } = this.run.training;
+      return await replayRound({
+        stage,
+        training: { peakLr, warmupSteps, totalSteps },
+        record,
+        startStateHash: job.startStateHash,
+        endWeightsHash: job.endWeightsHash,
+        endStateHash: job.endStateHash,
+        transfers: job.transfers,
+        reportedLosses: new Map(job.reportedLosses),
+        tokens: train,
+        dataSeed: this.run.seed,
+        batchSize,
+        maxBatch: 256,
+        ...(job.merge ? { merge: job.merge } : {}),
+      });
+    } finally {
+      stage.dispose();
+    }
+  }
+
   replay(job: ReplayJob): SpotCheckResult[] {
     const S = this.specs.length;
     if (job.pathway.length !== S || job.activations.length !== S - 1 || job.gradients.length !== S - 1 || job.references.length !== S) {

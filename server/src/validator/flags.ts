@@ -8,7 +8,9 @@ export type FlagKind =
   | 'LOSS_MISREPORTED' // the last stage reported a loss other than the one it computed
   | 'RAISES_LOSS' // CLASP: pathways through it have significantly more loss than through its stage peers
   | 'PROBE_UNANSWERED' // it did not upload the payloads the validator asked for
-  | 'FORGED_RECEIPTS'; // it confirmed transfers of microbatches that never existed
+  | 'FORGED_RECEIPTS' // it confirmed transfers of microbatches that never existed
+  | 'AUDIT_FAILED' // a whole round of its, drawn for an audit, did not replay to what it sent and committed (validator/audits.ts)
+  | 'AUDIT_UNANSWERED'; // it did not upload the record of a round drawn for an audit
 
 /** Receipts for microbatches that never existed a miner may send before it is flagged (a restart's races stay below). */
 export const MAX_FORGED_RECEIPTS = 3;

@@ -1,5 +1,6 @@
 import type { Coordinator } from '../coordinator';
 import { latestCheckpoint } from '../routes/checkpoints';
+import { Auditor } from './audits';
 import { ValidatorProcess } from './client';
 import { Settler } from './settlement';
 import { SpotChecker } from './spot-checks';
@@ -23,9 +24,12 @@ export class Validator {
   readonly process: ValidatorProcess;
   readonly spotChecks: SpotChecker;
   readonly settler: Settler;
+  readonly audits: Auditor;
+  /** Rounds whose audit draw is committed (stage:round), so the tick commits each once. */
+  private readonly committed = new Set<string>();
   private evaluatedRound = 0;
   private evaluatedAt = 0;
-  private busy = { checks: false, evaluation: false };
+  private busy = { checks: false, evaluation: false, audits: false };
   /** How often, at most, merged rounds get a held-out loss and a sample on their own (Infinity: only when asked, as a benchmark that evaluates on its own schedule does). */
   evaluateEveryMs = EVALUATE_EVERY_MS;
 
@@ -33,6 +37,11 @@ export class Validator {
     this.process = new ValidatorProcess(c.run, c.log);
     this.spotChecks = new SpotChecker(c, this.process);
     this.settler = new Settler(c, this.process);
+    this.audits = new Auditor(c, this.process);
+    c.phases.onRoundClosed = async (stage, round, participants) => {
+      this.committed.add(`${stage}:${round + 1}`);
+      await this.audits.roundClosed(stage, round, participants);
+    };
   }
 
   /** Held-out loss of the latest checkpoint of every stage, recorded as a metric; undefined while a stage has none. */
@@ -75,6 +84,15 @@ export class Validator {
         .finally(() => (this.busy[key] = false));
     };
     guard('checks', () => this.spotChecks.tick());
+    guard('audits', async () => {
+      // Each stage's round in progress has its audit draw committed (the first, and after a restart).
+      for (const { stage, round } of this.c.phases.status()) {
+        if (this.committed.has(`${stage}:${round + 1}`)) continue;
+        await this.audits.commit(stage, round + 1);
+        this.committed.add(`${stage}:${round + 1}`);
+      }
+      await this.audits.tick();
+    });
     void this.settler.tick();
     guard('evaluation', () => this.afterMerges());
   }

@@ -28,6 +28,8 @@ async function handle(job: ValidatorJob): Promise<unknown> {
       return compute.generate(job.blobs, job.prompt, job.maxTokens, job.temperature, job.seed);
     case 'replay':
       return compute.replay(job.replay);
+    case 'audit':
+      return compute.audit(job.audit);
     case 'score':
       return scoreEpoch(job.score);
     case 'has':
@@ -39,14 +41,20 @@ async function handle(job: ValidatorJob): Promise<unknown> {
   }
 }
 
-/** Replays and scoring (what catches cheaters and pays miners) go before held-out losses and samples. */
-const URGENT = new Set<ValidatorJob['kind']>(['replay', 'score', 'has', 'sleep']);
+/**
+ * What catches cheaters and pays miners goes before held-out losses and samples: scoring first (an
+ * epoch's settlement waits on it), then audits (settlement waits on those drawn before it was due),
+ * then spot-check replays.
+ */
+const PRIORITY: Array<Set<ValidatorJob['kind']>> = [new Set(['score', 'has', 'sleep']), new Set(['audit']), new Set(['replay'])];
 const waiting: Array<{ id: number; job: ValidatorJob }> = [];
 
 async function runOne(): Promise<void> {
-  const next = waiting.findIndex((w) => URGENT.has(w.job.kind));
+  const next = PRIORITY.map((kinds) => waiting.findIndex((w) => kinds.has(w.job.kind))).find((i) => i >= 0) ?? -1;
   const [m] = waiting.splice(next >= 0 ? next : 0, 1);
   if (!m) return;
+  // The coordinator times a job from here (client.ts): waiting in this queue is not being wedged.
+  send({ id: m.id, started: true });
   try {
     send({ id: m.id, ok: true, result: await handle(m.job) });
   } catch (e) {

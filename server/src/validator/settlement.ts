@@ -52,6 +52,31 @@ export class Settler {
       let done = 0;
       for (let e = 0; e < current && done < EPOCHS_PER_TICK; e++) {
         if (settled.has(e)) continue;
+        // A window's earnings wait for its audits: an epoch is not settled while an audit drawn before it was due, or
+        // drawn from a round with work in it (begun before its end), is still running (each is bounded by
+        // auditTimeoutMs and its replay), so a failed audit's flag lands first. A round begun before the epoch's end
+        // is drawn only when it closes (a cheat caught in the round that straddles the end was paid for the epoch
+        // before): the epoch waits for that too, at most ROUND_HOLD past its due time (a stage nobody trains never closes its round).
+        const { startsAt, endsAt } = epochWindow(await this.start(), inc.epochMs, e);
+        const due = new Date(endsAt.getTime() + inc.settleAfterMs);
+        const m = this.c.run.merge;
+        // A round with work lasts at most about this long; one begun earlier and still open is a stage nobody trains.
+        const holdMs = m.maxTrainingMs + m.readyMs + m.roundMs + (inc.auditTimeoutMs ?? 30_000);
+        const [held] = await this.c.db.query<{ pending: number }>(
+          `SELECT count(*)::int AS pending FROM audits a LEFT JOIN audit_rounds r ON r.run_id = a.run_id AND r.stage = a.stage AND r.round = a.round
+           WHERE a.run_id = $1 AND a.status IN ('open', 'replaying', 'expired') AND (a.created_at <= $2 OR r.created_at < $3)`,
+          [this.c.runId, due, endsAt],
+        );
+        if ((held?.pending ?? 0) > 0) break;
+        if (Date.now() < due.getTime() + holdMs) {
+          // Rounds still to be drawn, of stages miners are training now (a stage nobody holds has no round to close).
+          const undrawn = await this.c.db.query<{ stage: number }>(
+            `SELECT DISTINCT r.stage FROM audit_rounds r JOIN miners m ON m.run_id = r.run_id AND m.stage = r.stage
+             WHERE r.run_id = $1 AND r.created_at < $2 AND r.created_at >= $3 AND r.revealed_at IS NULL AND r.rate > 0 AND m.status = 'active' AND m.id = ANY($4::text[])`,
+            [this.c.runId, endsAt, new Date(startsAt.getTime() - holdMs), [...this.c.sockets.keys()]],
+          );
+          if (undrawn.length > 0) break;
+        }
         await this.settle(e);
         done++;
       }

@@ -67,7 +67,13 @@ export class SpotChecker {
   private cursor = new Date(Date.now() - SAMPLE_DELAY_MS);
   private readonly missed = new Map<string, number>();
   private readonly answered = new Map<string, number>();
-  readonly stats = { sampled: 0, replayed: 0, checks: 0, failed: 0, skipped: 0, replayMs: 0 };
+  readonly stats = { sampled: 0, replayed: 0, checks: 0, failed: 0, skipped: 0, replayMs: 0, skippedForCapacity: 0, rate: 0 };
+  /**
+   * The share actually sampled: the run's spotCheckRate, halved each time a sample had to be
+   * skipped because MAX_SAMPLES_IN_FLIGHT were waiting, and raised back by a tenth after each
+   * sample taken, so the validator samples what it can replay instead of dropping most of it.
+   */
+  private effectiveRate?: number;
 
   constructor(
     private readonly c: Coordinator,
@@ -84,13 +90,19 @@ export class SpotChecker {
       [this.c.runId, this.cursor, until],
     );
     this.cursor = until;
-    const rate = this.c.run.incentives.spotCheckRate;
+    const configured = this.c.run.incentives.spotCheckRate;
     for (const r of rows) {
+      const rate = (this.effectiveRate ??= configured);
+      this.stats.rate = rate;
       if (randomInt(0, 1_000_000) >= rate * 1_000_000) continue;
       if (this.samples.size >= MAX_SAMPLES_IN_FLIGHT) {
+        // Recorded, and the rate follows what the validator keeps up with.
         this.stats.skipped++;
+        this.stats.skippedForCapacity++;
+        this.effectiveRate = Math.max(configured / 64, rate / 2);
         continue;
       }
+      this.effectiveRate = Math.min(configured, rate * 1.1);
       const pathway = (typeof r.pathway === 'string' ? JSON.parse(r.pathway) : r.pathway) as string[];
       await this.begin(r.activation_id, pathway, r.value);
     }

@@ -1,4 +1,5 @@
 import type { DashboardSample } from '@train-at-home/protocol';
+import { useTabContext } from '../tab/TabContext';
 import { IncentivesPanel } from './IncentivesPanel';
 import { LossChart } from './LossChart';
 import { SwarmPanel } from './SwarmPanel';
@@ -25,6 +26,8 @@ function Sample({ sample, latest }: { sample: DashboardSample; latest?: boolean 
  */
 export function DashboardPage() {
   const { state, series } = useDashboard();
+  // This browser tab's own miner, if it joined: the swarm marks it "you".
+  const self = useTabContext().identity?.publicKey;
   const train = series.train_loss;
   const held = series.heldout_loss;
   const lastTrain = train.points[train.points.length - 1];
@@ -56,7 +59,7 @@ export function DashboardPage() {
             {state.bigramLoss !== undefined && <> · bigram baseline {state.bigramLoss.toFixed(3)}</>}
           </span>
         </h2>
-        <LossChart train={train} held={held} bigram={state.bigramLoss} version={state.version} />
+        <LossChart train={train} held={held} bigram={state.bigramLoss} version={state.version} outages={state.outage ? [state.outage] : []} />
       </section>
       <section className="card" data-testid="samples">
         <h2>What the model writes now</h2>
@@ -71,8 +74,8 @@ export function DashboardPage() {
           </>
         )}
       </section>
-      <SwarmPanel swarm={state.swarm} />
-      <IncentivesPanel settledEpoch={state.settledEpoch} />
+      <SwarmPanel swarm={state.swarm} self={self} />
+      <IncentivesPanel settledEpoch={state.settledEpoch} self={self} />
     </main>
   );
 }

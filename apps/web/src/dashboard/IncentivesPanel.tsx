@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'react';
-import { short, tokens } from '../format';
+import { minerLabel, tokens } from '../format';
 
 interface Leaderboard {
   epoch: number | null;
@@ -21,7 +21,7 @@ const baseUnits = (x: unknown): string | undefined => (typeof x === 'string' && 
  * the latest settled epoch's leaderboard (score = verified work × quality,
  * each miner's share, flags with their kinds). Read again when an epoch settles.
  */
-export function IncentivesPanel({ settledEpoch }: { settledEpoch?: number }) {
+export function IncentivesPanel({ settledEpoch, self }: { settledEpoch?: number; self?: string }) {
   const [board, setBoard] = useState<Leaderboard>();
   const [epochs, setEpochs] = useState<Epochs>();
   const [error, setError] = useState<string>();
@@ -72,10 +72,11 @@ export function IncentivesPanel({ settledEpoch }: { settledEpoch?: number }) {
               </thead>
               <tbody>
                 {board.rows.map((r) => (
-                  <tr key={r.miner} data-testid="leader" className={r.flagged ? 'flagged' : ''}>
+                  <tr key={r.miner} data-testid="leader" className={r.flagged ? 'flagged' : ''} data-you={String(self !== undefined && minerLabel(self) === minerLabel(r.miner))}>
                     <td>{r.rank}</td>
                     <td className="mono" title={r.miner}>
-                      {short(r.miner, 4)}
+                      {minerLabel(r.miner)}
+                      {self !== undefined && minerLabel(self) === minerLabel(r.miner) && <span className="badge">you</span>}
                     </td>
                     <td>{r.stage !== null ? r.stage + 1 : '—'}</td>
                     <td className="amount">{count(r.work) ?? '—'}</td>
@@ -97,7 +98,7 @@ export function IncentivesPanel({ settledEpoch }: { settledEpoch?: number }) {
               <thead>
                 <tr>
                   <th>epoch</th>
-                  <th>emission</th>
+                  <th>emission (reward tokens)</th>
                   <th>paid</th>
                   <th>payouts</th>
                 </tr>

@@ -8,14 +8,23 @@ export type XAxis = 'time' | 'microbatches';
 /** Weight of the newest train loss in its moving average (train losses are one microbatch each: noisy). */
 const EMA_ALPHA = 0.1;
 
+/** A silence this many times the run's usual spacing of losses (and at least OUTAGE_MIN_MS) is an outage. */
+const OUTAGE_FACTOR = 5;
+const OUTAGE_MIN_MS = 15_000;
+
 /**
  * The columns uPlot draws, on one x: train losses (each a microbatch) and
  * their moving average, held-out losses (after merged rounds) and the bigram
  * baseline. On the microbatch axis, a held-out point sits at the number of
  * train losses stored before it (ids are one sequence across series).
+ *
+ * uPlot joins over `undefined` (a series with no point at that x) and breaks
+ * its line at `null`: where no loss arrived for far longer than usual (the
+ * coordinator or the whole swarm was down), a row of nulls is put in, so an
+ * outage shows as a gap in every line instead of a straight segment across it.
  */
-export function chartData(train: LiveSeries, held: LiveSeries, bigram: number | undefined, axis: XAxis): uPlot.AlignedData {
-  type Row = [x: number, id: number, train: number | null, held: number | null];
+export function chartData(train: LiveSeries, held: LiveSeries, bigram: number | undefined, axis: XAxis, outages: Array<{ from: number; to: number }> = []): uPlot.AlignedData & { gaps?: number } {
+  type Row = [x: number, id: number, train: number | null | undefined, held: number | null | undefined, at: number];
   const rows: Row[] = [];
   const t = train.points;
   const h = held.points;
@@ -25,25 +34,40 @@ export function chartData(train: LiveSeries, held: LiveSeries, bigram: number | 
   while (i < t.length || j < h.length) {
     const takeTrain = j >= h.length || (i < t.length && t[i]!.id < h[j]!.id);
     const p = takeTrain ? t[i++]! : h[j++]!;
-    const x = axis === 'time' ? Date.parse(p.at) / 1000 : i;
-    rows.push([x, p.id, takeTrain ? p.value : null, takeTrain ? null : p.value]);
+    const at = Date.parse(p.at);
+    const x = axis === 'time' ? at / 1000 : i;
+    rows.push([x, p.id, takeTrain ? p.value : undefined, takeTrain ? undefined : p.value, at]);
   }
   // uPlot wants x ascending: ids are, and times of one process are (a restart keeps its clock).
   rows.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  // Outages: the usual spacing is the median time between consecutive losses.
+  const spacing = rows
+    .slice(1)
+    .map((r, k) => r[4] - rows[k]![4])
+    .sort((a, b) => a - b);
+  const outage = Math.max(OUTAGE_MIN_MS, OUTAGE_FACTOR * (spacing[Math.floor(spacing.length / 2)] ?? 0));
+  let gaps = 0;
+  for (let k = rows.length - 1; k > 0; k--) {
+    const [prev, next] = [rows[k - 1]!, rows[k]!];
+    // A long silence, or one that spans a known coordinator restart (from its last heartbeat to its start again).
+    if (next[4] - prev[4] <= outage && !outages.some((o) => prev[4] <= o.to && next[4] >= o.from)) continue;
+    rows.splice(k, 0, [(prev[0] + next[0]) / 2, prev[1], null, null, (prev[4] + next[4]) / 2]);
+    gaps++;
+  }
   const xs = rows.map((r) => r[0]);
   const trainY = rows.map((r) => r[2]);
   // Debiased, as TensorBoard smooths: the first points are not pulled toward zero or the first value.
   let ema = 0;
   let n = 0;
   const emaY = trainY.map((v) => {
-    if (v === null) return null;
+    if (v === null || v === undefined) return v;
     ema = (1 - EMA_ALPHA) * ema + EMA_ALPHA * v;
     n++;
     return ema / (1 - (1 - EMA_ALPHA) ** n);
   });
   const heldY = rows.map((r) => r[3]);
   const bigramY = xs.map(() => bigram ?? null);
-  return [xs, trainY, emaY, heldY, bigramY];
+  return Object.assign([xs, trainY, emaY, heldY, bigramY] as uPlot.AlignedData, { gaps });
 }
 
 /**
@@ -52,7 +76,7 @@ export function chartData(train: LiveSeries, held: LiveSeries, bigram: number | 
  * fingers' scroll) pans, a double click returns to the whole run; while
  * zoomed, new points do not move the view.
  */
-export function LossChart({ train, held, bigram, version }: { train: LiveSeries; held: LiveSeries; bigram?: number; version: number }) {
+export function LossChart({ train, held, bigram, version, outages = [] }: { train: LiveSeries; held: LiveSeries; bigram?: number; version: number; outages?: Array<{ from: number; to: number }> }) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | undefined>(undefined);
   const zoomed = useRef(false);
@@ -67,15 +91,16 @@ export function LossChart({ train, held, bigram, version }: { train: LiveSeries;
         width: width(),
         height: height(),
         scales: { x: { time: axis === 'time' } },
-        axes: [{ label: axis === 'time' ? undefined : 'microbatches', space: window.innerWidth < 600 ? 90 : 50 }, { label: 'loss (nats/token)', size: 60 }],
+        // Room for a whole time label ("12:34:56 PM") between ticks, at every width.
+        axes: [{ label: axis === 'time' ? undefined : 'microbatches', space: axis === 'time' ? 110 : 70 }, { label: 'loss (nats/token)', size: 60 }],
         cursor: { drag: { x: true, y: false, setScale: true } },
         legend: { live: true },
         series: [
           {},
-          { label: 'train (per microbatch)', stroke: 'rgba(47,111,237,0.25)', width: 1, points: { show: false }, spanGaps: true },
-          { label: 'train (average)', stroke: '#2f6fed', width: 2, points: { show: false }, spanGaps: true },
-          { label: 'held-out', stroke: '#d0461b', width: 2, points: { show: true, size: 6 }, spanGaps: true },
-          { label: 'bigram baseline', stroke: '#1f7a45', width: 1, dash: [6, 4], points: { show: false }, spanGaps: true },
+          { label: 'train (per microbatch)', stroke: 'rgba(47,111,237,0.25)', width: 1, points: { show: false }, spanGaps: false },
+          { label: 'train (average)', stroke: '#2f6fed', width: 2, points: { show: false }, spanGaps: false },
+          { label: 'held-out', stroke: '#d0461b', width: 2, points: { show: true, size: 6 }, spanGaps: false },
+          { label: 'bigram baseline', stroke: '#1f7a45', width: 1, dash: [6, 4], points: { show: false }, spanGaps: false },
         ],
         hooks: {
           setSelect: [() => (zoomed.current = true)],
@@ -118,7 +143,7 @@ export function LossChart({ train, held, bigram, version }: { train: LiveSeries;
           ],
         },
       },
-      chartData(train, held, bigram, axis),
+      chartData(train, held, bigram, axis, outages),
       el,
     );
     plot.current = u;
@@ -134,9 +159,12 @@ export function LossChart({ train, held, bigram, version }: { train: LiveSeries;
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [axis]);
 
+  const [gaps, setGaps] = useState(0);
   useEffect(() => {
-    plot.current?.setData(chartData(train, held, bigram, axis), !zoomed.current);
-  }, [version, bigram, axis, train, held]);
+    const data = chartData(train, held, bigram, axis, outages);
+    plot.current?.setData(data, !zoomed.current);
+    setGaps(data.gaps ?? 0);
+  }, [version, bigram, axis, train, held, outages.length]);
 
   return (
     <div className="chart">
@@ -149,7 +177,7 @@ export function LossChart({ train, held, bigram, version }: { train: LiveSeries;
         ))}
         <span className="hint">drag to zoom, wheel to zoom, shift-drag to pan, double-click for the whole run</span>
       </div>
-      <div ref={box} data-testid="loss-chart" data-points={train.points.length + held.points.length} data-train-points={train.points.length} data-heldout-points={held.points.length} />
+      <div ref={box} data-testid="loss-chart" data-points={train.points.length + held.points.length} data-train-points={train.points.length} data-heldout-points={held.points.length} data-gaps={gaps} />
     </div>
   );
 }

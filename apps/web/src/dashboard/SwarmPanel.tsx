@@ -1,11 +1,17 @@
 import type { DashboardSwarm } from '@train-at-home/protocol';
-import { bytes, short } from '../format';
+import { Fragment } from 'react';
+import { bytes, minerLabel } from '../format';
 
 const rate = (n: number, unit: string): string => `${n < 10 ? n.toFixed(1) : n.toFixed(0)} ${unit}/s`;
 const seconds = (ms: number | null): string => (ms === null ? 'running' : `${(ms / 1000).toFixed(1)} s`);
 
-/** Stages with their miners (backend, tokens/s, state and why), traffic between stages, bytes, merges. */
-export function SwarmPanel({ swarm }: { swarm?: DashboardSwarm }) {
+const sameMiner = (a: string, b: string): boolean => a.replace(/^0x/i, '').toLowerCase() === b.replace(/^0x/i, '').toLowerCase();
+
+/**
+ * Stages with their miners (backend, tokens/s, state and why), traffic between stages, bytes, merges.
+ * `self` is this tab's miner id, when it has joined: its row says "you".
+ */
+export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: string }) {
   if (!swarm) return <section className="card">Reading the swarm…</section>;
   const { traffic } = swarm;
   const ratio = traffic.bytes > 0 ? traffic.uncompressedBytes / traffic.bytes : undefined;
@@ -35,19 +41,34 @@ export function SwarmPanel({ swarm }: { swarm?: DashboardSwarm }) {
                     </tr>
                   </thead>
                   <tbody>
-                    {s.miners.map((m) => (
-                      <tr key={m.id} data-testid="miner" data-state={m.state}>
-                        <td className="mono" title={m.id}>
-                          {short(m.id, 4)}
-                        </td>
-                        <td>{m.backend}</td>
-                        <td className="amount">{m.tokensPerSec !== undefined ? m.tokensPerSec.toFixed(0) : '—'}</td>
-                        <td>
-                          {m.state}
-                          {m.why && <div className="hint">{m.why}</div>}
-                        </td>
-                      </tr>
-                    ))}
+                    {s.miners.map((m) => {
+                      const you = self !== undefined && sameMiner(m.id, self);
+                      return (
+                        <Fragment key={m.id}>
+                          <tr data-testid="miner" data-state={m.state} data-you={String(you)} className={you ? 'you' : undefined}>
+                            <td className="mono" title={m.id}>
+                              {minerLabel(m.id)}
+                              {you && (
+                                <span className="badge" data-testid="you" title="the miner of this browser tab">
+                                  you
+                                </span>
+                              )}
+                            </td>
+                            <td>{m.backend}</td>
+                            <td className="amount">{m.tokensPerSec !== undefined ? m.tokensPerSec.toFixed(0) : '—'}</td>
+                            <td>{m.state}</td>
+                          </tr>
+                          {/* Why, on a row of its own across the table: a long reason would wrap into a narrow column. */}
+                          {m.why && (
+                            <tr className="why-row">
+                              <td colSpan={4} className="hint">
+                                {m.why}
+                              </td>
+                            </tr>
+                          )}
+                        </Fragment>
+                      );
+                    })}
                   </tbody>
                 </table>
               </div>

@@ -19,6 +19,8 @@ export interface DashboardState {
   samples: DashboardSample[];
   bigramLoss?: number;
   settledEpoch?: number;
+  /** The coordinator's last restart, from the previous process's last heartbeat to this one's start (ms since epoch). */
+  outage?: { from: number; to: number };
   /** 'live' while the feed is connected; 'reconnecting' after it dropped (the coordinator restarted, the network failed). */
   connection: 'connecting' | 'live' | 'reconnecting';
   /** Bumped whenever a series gained points: the chart redraws. */
@@ -108,9 +110,10 @@ export function useDashboard(): { state: DashboardState; series: Record<SeriesNa
     socket.on('disconnect', () => patch({ connection: 'reconnecting' }));
     void (async () => {
       try {
-        const first = await getJson<{ run: RunInfo; swarm: DashboardSwarm; bigramLoss: number | null; settledEpoch: number | null }>('/api/dashboard');
+        const first = await getJson<{ run: RunInfo; swarm: DashboardSwarm; bigramLoss: number | null; settledEpoch: number | null; outage?: { from: string; to: string } | null }>('/api/dashboard');
+        const outage = first.outage ? { from: Date.parse(first.outage.from), to: Date.parse(first.outage.to) } : undefined;
         const { samples } = await getJson<{ samples: DashboardSample[] }>('/api/samples?limit=5');
-        patch({ run: first.run, swarm: saneSwarm(first.swarm), samples, bigramLoss: sane(first.bigramLoss, B.loss), settledEpoch: first.settledEpoch ?? undefined });
+        patch({ run: first.run, swarm: saneSwarm(first.swarm), samples, bigramLoss: sane(first.bigramLoss, B.loss), settledEpoch: first.settledEpoch ?? undefined, ...(outage && outage.to >= outage.from ? { outage } : {}) });
         await f.start();
       } catch (e) {
         patch({ error: `could not read the run: ${(e as Error).message}` });

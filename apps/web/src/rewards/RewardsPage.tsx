@@ -1,7 +1,7 @@
 import { verifyPayout } from '@train-at-home/incentives';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { Link } from 'react-router';
-import { BASE_UNITS_PER_TOKEN, short, tokens } from '../format';
+import { BASE_UNITS_PER_TOKEN, minerLabel, short, tokens } from '../format';
 import { useTabContext } from '../tab/TabContext';
 import type { Tab } from '../tab/useTab';
 import { parseRewardsMessage } from '@train-at-home/protocol';
@@ -17,14 +17,14 @@ const POLL_MS = 5000;
 
 const sameMiner = (a: string, b: string): boolean => a.replace(/^0x/i, '').toLowerCase() === b.replace(/^0x/i, '').toLowerCase();
 
-/** An amount in tokens (every base unit shown), with the exact base units for tests and tooltips. */
+/** An amount in reward tokens (every base unit shown), with the exact base units for tests and tooltips. */
 function Amount({ units, testId, unit = true }: { units: string; testId?: string; unit?: boolean }) {
   return (
     <>
       <span className="amount" data-testid={testId} data-base-units={units} title={`${units} base units`}>
         {tokens(units, 9)}
       </span>
-      {unit && (units === BASE_UNITS_PER_TOKEN.toString() ? ' token' : ' tokens')}
+      {unit && (units === BASE_UNITS_PER_TOKEN.toString() ? ' reward token' : ' reward tokens')}
     </>
   );
 }
@@ -170,7 +170,7 @@ function LinkCard({ tab, account, rewards, onLinked }: { tab: Tab; account?: Wal
       <h2>This tab's payouts</h2>
       {linked && account ? (
         <p className="ok" data-testid="link-status" data-linked="true">
-          ✓ This tab's miner <span className="mono" title={minerId}>{short(minerId!, 8)}</span> is linked to{' '}
+          ✓ This tab's miner <span className="mono" title={minerId}>{minerLabel(minerId!)}</span> is linked to{' '}
           <span className="mono">{short(account.address, 8)}</span>
           {linkedAt ? ` (at ${new Date(linkedAt).toLocaleTimeString()})` : ''}: the epochs settled since pay this account.
           {!tab.joined && (
@@ -189,7 +189,7 @@ function LinkCard({ tab, account, rewards, onLinked }: { tab: Tab; account?: Wal
       ) : (
         <>
           <p>
-            This tab's miner is <span className="mono" title={minerId}>{short(minerId, 8)}</span>. Until it is linked, its earnings are settled to the
+            This tab's miner is <span className="mono" title={minerId}>{minerLabel(minerId)}</span>. Until it is linked, its earnings are settled to the
             miner's own key, which lives only in this tab.
           </p>
           {!account ? (
@@ -327,7 +327,7 @@ function BalanceCard({ account, rewards, claims, onClaimed }: { account: WalletA
             )}
             <div className="controls">
               <button data-testid="claim" onClick={claim} disabled={busy || claimable === 0n || unverified.length > 0}>
-                {busy ? 'Claiming…' : claimable > 0n ? `Claim ${tokens(claimable.toString(), 9)} token${claimable === BASE_UNITS_PER_TOKEN ? '' : 's'}` : 'Nothing to claim'}
+                {busy ? 'Claiming…' : claimable > 0n ? `Claim ${tokens(claimable.toString(), 9)} reward token${claimable === BASE_UNITS_PER_TOKEN ? '' : 's'}` : 'Nothing to claim'}
               </button>
               <span className="hint">Your wallet signs a one-time message naming the amount and epochs.</span>
             </div>

@@ -1,4 +1,5 @@
 import { pretokenize, utf8Bytes } from './pretokenize';
+import { Utf8Stream } from './utf8';
 
 /** Token ids 0..255 are raw bytes; 256 + i is merge i; the last id is end-of-text. */
 export const BYTE_TOKENS = 256;
@@ -98,13 +99,16 @@ export class Tokenizer {
     }
   }
 
-  /** Decodes ids to text; invalid UTF-8 (a token cut mid-character) becomes U+FFFD. */
+  /**
+   * Decodes ids to text. A character the ids leave unfinished at the end (the
+   * last token cut it) is dropped rather than shown as U+FFFD; bytes no
+   * continuation could make valid become U+FFFD (see Utf8Stream).
+   */
   decode(ids: ArrayLike<number>): string {
     const parts: Uint8Array[] = [];
     let length = 0;
     for (let i = 0; i < ids.length; i++) {
-      const bytes = this.tokenBytes[ids[i]!];
-      if (!bytes) throw new TokenizerError(`token id ${ids[i]} is outside the vocabulary (${this.vocabSize})`);
+      const bytes = this.bytesOf(ids[i]!);
       parts.push(bytes);
       length += bytes.length;
     }
@@ -114,6 +118,23 @@ export class Tokenizer {
       all.set(p, offset);
       offset += p.length;
     }
-    return new TextDecoder().decode(all);
+    const stream = new Utf8Stream();
+    return stream.push(all) + stream.end();
+  }
+
+  /**
+   * Decodes token by token, as text is generated: `push(id)` returns the text
+   * that token completes, holding back the start of a character the next
+   * token finishes (decoding each token alone would print U+FFFD there).
+   */
+  decoder(): { push(id: number): string; end(): string } {
+    const stream = new Utf8Stream();
+    return { push: (id) => stream.push(this.bytesOf(id)), end: () => stream.end() };
+  }
+
+  private bytesOf(id: number): Uint8Array {
+    const bytes = this.tokenBytes[id];
+    if (!bytes) throw new TokenizerError(`token id ${id} is outside the vocabulary (${this.vocabSize})`);
+    return bytes;
   }
 }

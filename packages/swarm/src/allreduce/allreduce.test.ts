@@ -1,9 +1,13 @@
+import { sha256 } from '@noble/hashes/sha256';
+import { bytesToHex } from '@noble/hashes/utils';
 import { mulberry32 as rng } from '@train-at-home/model';
 import { describe, expect, it } from 'vitest';
-import { AllReduceError, MSG, decodeMessage, encodeMessage, type RoundResult, type RoundSpec } from './butterfly';
+import { AllReduceError, MSG, decodeMessage, encodeMessage, roundPartitionMap, type RoundResult, type RoundSpec } from './butterfly';
+import { blockLeaves, contributionRoot, merkleRoot, rangeProof, verifyRange } from './commitment';
 import { MemoryNetwork } from './memory';
 import { OuterOptimizer } from './outer';
 import { partitionMap } from './partition';
+import { reduceContributions } from './reduce';
 import { decodeValues, encodeValues, encodedBytes } from './values';
 
 function vectors(ids: string[], length: number, seed = 1): Map<string, Float32Array> {
@@ -48,12 +52,14 @@ async function runAll(net: MemoryNetwork, peers: string[], s: RoundSpec, local: 
 
 describe('partition map', () => {
   it('is the same on every peer for a seed, covers every parameter exactly twice, and follows bandwidth', () => {
-    for (const n of [2, 3, 4, 8, 16]) {
+    for (const [n, align] of [[2, 1], [3, 1], [4, 1], [8, 1], [16, 1], [3, 256], [16, 256], [39, 256]] as const) {
       const peers = ids(n);
       const length = 10_007;
-      const map = partitionMap({ peers, length, seed: 7 });
+      const map = partitionMap({ peers, length, seed: 7, align });
       // Same map whatever order a peer lists the others in.
-      expect(partitionMap({ peers: [...peers].reverse(), length, seed: 7 })).toEqual(map);
+      expect(partitionMap({ peers: [...peers].reverse(), length, seed: 7, align })).toEqual(map);
+      // Cut on whole blocks (what a commitment's range proof needs).
+      expect(map.every((p) => p.start % align === 0)).toBe(true);
       expect(map).toHaveLength(n);
       const owners = new Uint8Array(length);
       let next = 0;
@@ -82,6 +88,7 @@ describe('partition map', () => {
   it('refuses a round of one, and duplicates', () => {
     expect(() => partitionMap({ peers: ['a'], length: 10, seed: 1 })).toThrow(/TOO_FEW_PEERS/);
     expect(() => partitionMap({ peers: ['a', 'a'], length: 10, seed: 1 })).toThrow(/DUPLICATE_PEER/);
+    expect(() => partitionMap({ peers: ids(41), length: 10_007, seed: 1, align: 256 })).toThrow(/BAD_LENGTH/);
   });
 });
 
@@ -180,7 +187,7 @@ describe('butterfly all-reduce', () => {
       const local = vectors(peers, length, victims * 13);
       const net = new MemoryNetwork();
       const s = spec(peers);
-      const map = partitionMap({ peers, length, seed: s.seed });
+      const map = roundPartitionMap(peers, length, s.seed);
       const dead = peers.slice(2, 2 + victims);
       const sentContribs = new Map<string, number>();
       // Which partitions' contributions each victim delivered before dying (mid-send).
@@ -245,7 +252,7 @@ describe('butterfly all-reduce', () => {
       const local = vectors(peers, length, 77);
       const net = new MemoryNetwork();
       const s = spec(peers);
-      const map = partitionMap({ peers, length, seed: s.seed });
+      const map = roundPartitionMap(peers, length, s.seed);
       const liar = 'peer-3';
       const r = rng(3);
       net.intercept = (from, _to, bytes) => {
@@ -277,7 +284,7 @@ describe('butterfly all-reduce', () => {
     const local = vectors(peers, 300);
     const net = new MemoryNetwork();
     const s = spec(peers);
-    const map = partitionMap({ peers, length: 300, seed: s.seed });
+    const map = roundPartitionMap(peers, 300, s.seed);
     const running = runAll(net, peers, s, local);
     const victim = net.node('peer-0');
     const notOwned = map.find((p) => !p.owners.includes('peer-0'))!;
@@ -289,6 +296,110 @@ describe('butterfly all-reduce', () => {
     const expected = meanOf(local, s.weights, peers, 0, 300);
     for (const r of results.values()) expect(maxDiff(r.values, expected)).toBeLessThan(1e-7);
     expect(net.rejections.map((r) => r.code).sort()).toEqual(['BAD_PARTITION', 'MALFORMED', 'NOT_OWNER', 'NOT_PARTICIPANT']);
+  });
+});
+
+describe('what owners received', () => {
+  it('each owner records the hash of every slice it received, so a contribution other than the honest one is seen by both its owners', async () => {
+    const peers = ids(5);
+    const local = vectors(peers, 2_000);
+    const net = new MemoryNetwork();
+    const s = spec(peers, { precision: 'int8' });
+    // peer-3 sends ten times its contribution (what an audit then compares with where its round leads).
+    const sent = new Map(local);
+    sent.set('peer-3', local.get('peer-3')!.map((x) => x * 10));
+    const results = await runAll(net, peers, s, sent);
+    const map = roundPartitionMap(peers, 2_000, s.seed);
+    const hash = (v: Float32Array, p: { start: number; end: number }): string => bytesToHex(sha256(encodeValues(v.subarray(p.start, p.end), 'int8')));
+    for (const p of map) {
+      for (const owner of p.owners) {
+        const said = results.get(owner)!.received.filter((r) => r.partition === p.index);
+        // Every sender, the owner itself included, once per partition it owns.
+        expect(said.map((r) => r.from).sort()).toEqual([...peers].sort());
+        for (const r of said) expect(r.hash).toBe(hash(sent.get(r.from)!, p));
+        expect(said.find((r) => r.from === 'peer-3')!.hash).not.toBe(hash(local.get('peer-3')!, p));
+      }
+    }
+  });
+});
+
+describe('committed contributions', () => {
+  it('a range proof ties any run of leaves to the root, and nothing else', () => {
+    const leaf = (i: number): Uint8Array => sha256(Uint8Array.of(i));
+    for (let total = 1; total <= 13; total++) {
+      const leaves = Array.from({ length: total }, (_, i) => leaf(i));
+      const root = merkleRoot(leaves);
+      for (let from = 0; from < total; from++) {
+        for (let to = from + 1; to <= total; to++) {
+          const proof = rangeProof(leaves, from, to);
+          const range = leaves.slice(from, to);
+          expect(verifyRange(range, from, total, proof, root)).toBe(true);
+          // Another leaf in the range, the range elsewhere, a proof with a hash more or less: refused.
+          expect(verifyRange([leaf(99), ...range.slice(1)], from, total, proof, root)).toBe(false);
+          if (total > 1 && to - from < total) expect(verifyRange(range, from === 0 ? 1 : from - 1, total, proof, root)).toBe(false);
+          expect(verifyRange(range, from, total, [...proof, leaf(7)], root)).toBe(false);
+          if (proof.length) expect(verifyRange(range, from, total, proof.slice(1), root)).toBe(false);
+        }
+      }
+    }
+  });
+
+  it('an encoded slice cut on block boundaries has the leaves of the whole vector there, in every precision', () => {
+    const v = vectors(['a'], 256 * 7 + 13).get('a')!;
+    for (const precision of ['fp32', 'fp16', 'int8'] as const) {
+      const whole = blockLeaves(encodeValues(v, precision), v.length, precision);
+      const slice = blockLeaves(encodeValues(v.subarray(256 * 2, 256 * 5), precision), 256 * 3, precision);
+      expect(slice.map((h) => bytesToHex(h))).toEqual(whole.slice(2, 5).map((h) => bytesToHex(h)));
+      const tail = blockLeaves(encodeValues(v.subarray(256 * 6), precision), 256 + 13, precision);
+      expect(tail.map((h) => bytesToHex(h))).toEqual(whole.slice(6).map((h) => bytesToHex(h)));
+    }
+  });
+
+  for (const precision of ['fp32', 'int8'] as const) {
+    it(`a contribution that differs from its commitment is refused by its owners and left out of the merge (${precision})`, async () => {
+      const peers = ids(5);
+      const length = 256 * 12 + 100;
+      const local = vectors(peers, length, 5);
+      const commitments = Object.fromEntries(peers.map((id) => [id, contributionRoot(local.get(id)!, precision)]));
+      const s = spec(peers, { precision, commitments });
+      // Committed and sent alike: every slice is taken.
+      const honestNet = new MemoryNetwork();
+      const honest = await runAll(honestNet, peers, s, local);
+      expect(honestNet.rejections).toEqual([]);
+      for (const r of honest.values()) {
+        expect(r.contributors).toEqual([...peers].sort());
+        expect(r.refused).toEqual([]);
+      }
+      // peer-2 committed to its honest contribution, then sends three times it.
+      const net = new MemoryNetwork();
+      const sent = new Map(local);
+      sent.set('peer-2', local.get('peer-2')!.map((x) => 3 * x));
+      const results = await runAll(net, peers, s, sent);
+      const map = roundPartitionMap(peers, length, s.seed);
+      const hisOwners = map.flatMap((p) => p.owners.filter((o) => o !== 'peer-2').map((o) => `${o}:${p.index}`)).sort();
+      expect(net.rejections.every((r) => r.code === 'COMMITMENT_MISMATCH' && r.from === 'peer-2')).toBe(true);
+      expect(net.rejections.length).toBe(hisOwners.length);
+      const others = peers.filter((id) => id !== 'peer-2');
+      const expected = meanOf(local, s.weights, others, 0, length);
+      for (const [id, r] of results) {
+        expect(r.contributors).toEqual(others);
+        expect(r.refused.map((x) => `${id}:${x.partition}`).sort()).toEqual(hisOwners.filter((k) => k.startsWith(`${id}:`)));
+        if (precision === 'fp32') expect(maxDiff(r.values, expected)).toBeLessThan(1e-7);
+      }
+      // A peer whose root the round does not have cannot start it.
+      await expect(new MemoryNetwork().node('peer-0').run(spec(peers, { commitments: { ...commitments, 'peer-4': 'x' } }), local.get('peer-0')!)).rejects.toThrow(/BAD_INPUT/);
+    });
+  }
+});
+
+describe('reduction edge cases', () => {
+  it('contributions that all weigh zero (no work verified yet) are averaged equally, never NaN; none at all is refused', () => {
+    const a = Float32Array.from([1, 2, 3]);
+    const b = Float32Array.from([3, 4, 5]);
+    for (const reduction of [{ kind: 'mean' as const }, { kind: 'centered-clip' as const, radius: 10 }]) {
+      expect(Array.from(reduceContributions([{ values: a, weight: 0 }, { values: b, weight: 0 }], reduction).values)).toEqual([2, 3, 4]);
+    }
+    expect(() => reduceContributions([], { kind: 'mean' })).toThrow(RangeError);
   });
 });
 

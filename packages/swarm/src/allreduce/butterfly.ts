@@ -1,8 +1,9 @@
 import { sha256 } from '@noble/hashes/sha256';
 import { bytesToHex } from '@noble/hashes/utils';
+import { blockLeaves, decodeProof, encodeProof, rangeProof, verifyRange } from './commitment';
 import { partitionMap, type Partition } from './partition';
 import { reduceContributions, type Reduction } from './reduce';
-import { PRECISION_CODES, ValuesError, decodeValues, encodeValues, encodedBytes, type AllReducePrecision } from './values';
+import { BLOCK, PRECISION_CODES, ValuesError, decodeValues, encodeValues, encodedBytes, type AllReducePrecision } from './values';
 
 /**
  * The butterfly all-reduce of one stage's replicas (redundancy 2).
@@ -30,7 +31,8 @@ import { PRECISION_CODES, ValuesError, decodeValues, encodeValues, encodedBytes,
  *   16 u16  k: number of participant indices that follow
  *   18 u16  verdict bits (audit verdict: 1 = first owner right, 2 = second owner right)
  *   20 k×u16 participant indices (into the sorted participant list)
- *   .. encoded values (see values.ts)
+ *   .. encoded values (see values.ts); a contribution in a round with
+ *      commitments is followed by its range proof (commitment.ts), 32 bytes a hash
  */
 export const MSG = { contribution: 1, contributors: 2, result: 3, auditRequest: 4, auditContribution: 5, auditVerdict: 6 } as const;
 type MsgType = (typeof MSG)[keyof typeof MSG];
@@ -56,6 +58,7 @@ export type AllReduceRejection =
   | 'NOT_FROM_AUDITOR'
   | 'DUPLICATE'
   | 'BAD_VALUES'
+  | 'COMMITMENT_MISMATCH'
   | 'STALE_ROUND';
 
 export class AllReduceError extends Error {
@@ -131,6 +134,21 @@ export interface RoundSpec {
   bandwidth?: Record<string, number>;
   /** Fewer live contributors than this fails the round (TOO_FEW_PEERS). Default 2. */
   minPeers?: number;
+  /**
+   * Each participant's contribution root, committed with merge-ready before
+   * the round (commitment.ts): an owner refuses a slice its sender's root does
+   * not prove (COMMITMENT_MISMATCH), and reduces without it. Absent: unchecked.
+   */
+  commitments?: Record<string, string>;
+}
+
+/**
+ * The partition map of a round: cut on the encoding's blocks whenever the
+ * vector has a block per peer (every stage of a real model does), so that
+ * slices can be checked against commitments; per value otherwise.
+ */
+export function roundPartitionMap(peers: string[], length: number, seed: number, bandwidth?: Record<string, number>): Partition[] {
+  return partitionMap({ peers, length, seed, bandwidth, align: length >= peers.length * BLOCK ? BLOCK : 1 });
 }
 
 export type PartitionSource = 'agreed' | 'one-owner' | 'audited' | 'own' | 'local';
@@ -154,6 +172,14 @@ export interface RoundResult {
   /** Contributions CenteredClip clipped, over the partitions this peer reduced. */
   clipped: number;
   evidence: Evidence[];
+  /**
+   * What this peer, as an owner, received from each sender: the SHA-256 of the
+   * encoded slice, per partition it owns. Reported with `merged`, so an audit
+   * can check the contribution a miner sent against where its round leads.
+   */
+  received: Array<{ partition: number; from: string; hash: string }>;
+  /** Contributions this peer, as an owner, refused because their sender's commitment does not prove them. */
+  refused: Array<{ partition: number; from: string }>;
   bytesSent: number;
   bytesReceived: number;
   ms: number;
@@ -189,11 +215,14 @@ class Round {
   private readonly t0 = performance.now();
   private readonly myRaw = new Map<number, Uint8Array>();
   private readonly contributions = new Map<number, Map<number, { values: Float32Array; weight: number }>>();
+  /** Hashes of the encoded contributions this owner received, by partition and sender index. */
+  private readonly receivedHashes = new Map<number, Map<number, string>>();
   private readonly fixedSets = new Map<number, number[]>();
   private readonly coSets = new Map<number, number[]>();
   private readonly candidates = new Map<number, Map<string, Candidate>>();
   private readonly auditContributions = new Map<number, Map<number, { values: Float32Array; weight: number }>>();
   private readonly verdicts = new Map<number, number>();
+  private readonly refused: Array<{ partition: number; from: string }> = [];
   private readonly waiters = new Set<() => void>();
   bytesSent = 0;
   bytesReceived = 0;
@@ -210,9 +239,15 @@ class Round {
     if (this.me < 0) throw new AllReduceError('NOT_A_PARTICIPANT', 'this peer is not in the round');
     if (this.peers.length < (spec.minPeers ?? 2)) throw new AllReduceError('TOO_FEW_PEERS', `${this.peers.length} participant(s)`);
     this.t = { ...DEFAULT_TIMEOUTS, ...spec.timeouts };
-    this.map = partitionMap({ peers: this.peers, length: local.length, seed: spec.seed, bandwidth: spec.bandwidth });
+    this.map = roundPartitionMap(this.peers, local.length, spec.seed, spec.bandwidth);
+    if (spec.commitments) {
+      if (local.length < this.peers.length * BLOCK) throw new AllReduceError('BAD_INPUT', `${local.length} values are too few to commit to in ${this.peers.length} partitions of whole blocks`);
+      const missing = this.peers.filter((id) => !/^[0-9a-f]{64}$/.test(spec.commitments![id] ?? ''));
+      if (missing.length) throw new AllReduceError('BAD_INPUT', `no contribution root for ${missing.length} participant(s)`);
+    }
     for (const p of this.map) {
       this.contributions.set(p.index, new Map());
+      this.receivedHashes.set(p.index, new Map());
       this.candidates.set(p.index, new Map());
       this.auditContributions.set(p.index, new Map());
     }
@@ -256,11 +291,23 @@ class Round {
   async run(): Promise<RoundResult> {
     const { precision } = this.spec;
     // Scatter: the same encoded bytes go to both owners, and an owner reduces the decoded bytes of its own slice too.
+    // With commitments, each slice travels with the range proof that ties it to this peer's root.
+    for (const p of this.map) this.myRaw.set(p.index, encodeValues(this.local.subarray(p.start, p.end), precision));
+    const leaves = this.spec.commitments ? this.map.flatMap((p) => blockLeaves(this.myRaw.get(p.index)!, p.end - p.start, precision)) : [];
     for (const p of this.map) {
-      const raw = encodeValues(this.local.subarray(p.start, p.end), precision);
-      this.myRaw.set(p.index, raw);
+      const slice = this.myRaw.get(p.index)!;
+      let raw = slice;
+      if (this.spec.commitments) {
+        const proof = encodeProof(rangeProof(leaves, p.start / BLOCK, Math.ceil(p.end / BLOCK)));
+        raw = new Uint8Array(slice.length + proof.length);
+        raw.set(slice);
+        raw.set(proof, slice.length);
+      }
       for (const owner of p.owners) {
-        if (owner === this.selfId) this.contributions.get(p.index)!.set(this.me, { values: decodeValues(raw, p.end - p.start, precision), weight: this.weightOf(this.me) });
+        if (owner === this.selfId) {
+          this.contributions.get(p.index)!.set(this.me, { values: decodeValues(slice, p.end - p.start, precision), weight: this.weightOf(this.me) });
+          this.receivedHashes.get(p.index)!.set(this.me, hashHex(slice));
+        }
         else this.post(owner, this.message(MSG.contribution, p.index, { weight: this.weightOf(this.me), values: raw }));
       }
     }
@@ -287,7 +334,8 @@ class Round {
     ]);
     const live = [...contributors].map((i) => this.peers[i]!);
     if (live.length < (this.spec.minPeers ?? 2)) throw new AllReduceError('TOO_FEW_PEERS', `only ${live.length} contributor(s) reached the owners in time`);
-    return { values: out, sources, contributors: live.sort(), clipped, evidence, bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, ms: performance.now() - this.t0 };
+    const received = owned.flatMap((p) => [...this.receivedHashes.get(p.index)!].map(([i, hash]) => ({ partition: p.index, from: this.peers[i]!, hash })));
+    return { values: out, sources, contributors: live.sort(), clipped, evidence, received, refused: this.refused, bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, ms: performance.now() - this.t0 };
   }
 
   private async reduceAsOwner(p: Partition): Promise<number> {
@@ -301,6 +349,8 @@ class Round {
     await this.until(() => this.coSets.has(p.index), Math.max(performance.now(), this.t0 + this.t.senderMs) + this.t.reducerMs);
     const theirs = this.coSets.get(p.index);
     const indices = theirs ? mine.filter((i) => theirs.includes(i)) : mine;
+    // The two owners share no contribution (each heard only from itself, say): nothing to reduce, no result to send.
+    if (indices.length === 0) return 0;
     const { values, clipped } = reduceContributions(
       indices.map((i) => received.get(i)!),
       this.spec.reduction,
@@ -369,10 +419,10 @@ class Round {
     if (!p) return reject('BAD_PARTITION', `no partition ${m.partition}`);
     if (m.precision !== this.spec.precision) return reject('MALFORMED', `precision ${m.precision}, the round uses ${this.spec.precision}`);
     const n = p.end - p.start;
-    const values = (): Float32Array | undefined => {
+    const values = (bytes = m.values): Float32Array | undefined => {
       try {
-        if (m.values.length !== encodedBytes(n, m.precision)) throw new ValuesError('BAD_LENGTH', `${m.values.length} bytes for ${n} values`);
-        return decodeValues(m.values, n, m.precision);
+        if (bytes.length !== encodedBytes(n, m.precision)) throw new ValuesError('BAD_LENGTH', `${bytes.length} bytes for ${n} values`);
+        return decodeValues(bytes, n, m.precision);
       } catch (e) {
         reject('BAD_VALUES', (e as Error).message);
         return undefined;
@@ -387,10 +437,24 @@ class Round {
       case MSG.contribution: {
         if (!p.owners.includes(this.selfId)) return reject('NOT_OWNER', `this peer does not own partition ${p.index}`);
         const box = this.contributions.get(p.index)!;
-        if (box.has(sender)) return reject('DUPLICATE', 'contribution already received');
+        // Every contribution taken or refused has its hash recorded: a second one from the sender is a duplicate either way.
+        if (this.receivedHashes.get(p.index)!.has(sender)) return reject('DUPLICATE', 'contribution already received');
         if (this.fixedSets.has(p.index)) return; // late: the set is fixed; it rolls into the next round
-        const v = values();
-        if (v) box.set(sender, { values: v, weight: this.weightOf(sender) });
+        const root = this.spec.commitments?.[from];
+        const size = encodedBytes(n, m.precision);
+        const raw = root ? m.values.subarray(0, size) : m.values;
+        const v = values(raw);
+        if (!v) break;
+        // What it sent is evidence either way (an audit compares it with where the sender's round leads).
+        this.receivedHashes.get(p.index)!.set(sender, hashHex(raw));
+        if (root) {
+          const proof = decodeProof(m.values.subarray(size));
+          if (!proof || !verifyRange(blockLeaves(raw, n, m.precision), p.start / BLOCK, Math.ceil(this.local.length / BLOCK), proof, root)) {
+            this.refused.push({ partition: p.index, from });
+            return reject('COMMITMENT_MISMATCH', `the slice of partition ${p.index} is not the contribution its sender committed to`);
+          }
+        }
+        box.set(sender, { values: v, weight: this.weightOf(sender) });
         break;
       }
       case MSG.contributors: {

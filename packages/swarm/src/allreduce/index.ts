@@ -1,5 +1,6 @@
 export * from './partition';
 export * from './values';
+export * from './commitment';
 export * from './reduce';
 export * from './butterfly';
 export * from './outer';

@@ -21,6 +21,13 @@ export interface PartitionMapOptions {
   seed: number;
   /** Measured bandwidth per peer (any unit): a partition's size follows its owners' mean. Equal sizes without it. */
   bandwidth?: Record<string, number>;
+  /**
+   * Partitions start on multiples of this many values (the last one ends at
+   * the vector's end), so a slice's encoded blocks are the whole vector's
+   * blocks and an owner can check them against a commitment (commitment.ts).
+   * Default 1.
+   */
+  align?: number;
 }
 
 export class PartitionError extends Error {
@@ -44,7 +51,11 @@ export function partitionMap(o: PartitionMapOptions): Partition[] {
   const peers = [...o.peers].sort();
   if (new Set(peers).size !== peers.length) throw new PartitionError('DUPLICATE_PEER', 'a peer is listed twice');
   if (peers.length < 2) throw new PartitionError('TOO_FEW_PEERS', `${peers.length} peer(s); an all-reduce needs at least 2`);
-  if (!Number.isInteger(o.length) || o.length < peers.length) throw new PartitionError('BAD_LENGTH', `cannot cut ${o.length} values into ${peers.length} partitions`);
+  const align = o.align ?? 1;
+  const units = Math.ceil(o.length / align);
+  if (!Number.isInteger(o.length) || !Number.isInteger(align) || align < 1 || units < peers.length) {
+    throw new PartitionError('BAD_LENGTH', `cannot cut ${o.length} values into ${peers.length} partitions${align > 1 ? ` of whole ${align}-value blocks` : ''}`);
+  }
   const key = (id: string): string => bytesToHex(sha256(utf8ToBytes(`${o.seed}:${id}`)));
   const order = peers.map((id) => ({ id, k: key(id) })).sort((a, b) => (a.k < b.k ? -1 : a.k > b.k ? 1 : 0)).map((x) => x.id);
   const n = order.length;
@@ -54,9 +65,9 @@ export function partitionMap(o: PartitionMapOptions): Partition[] {
     return Math.max(1e-9, (a + b) / 2);
   });
   const total = share.reduce((s, x) => s + x, 0);
-  // Sizes proportional to share, each at least 1, summing exactly to length.
-  const sizes = share.map((s) => Math.max(1, Math.floor((o.length * s) / total)));
-  let excess = sizes.reduce((s, x) => s + x, 0) - o.length;
+  // Sizes (in blocks of `align`) proportional to share, each at least 1, summing exactly to the block count.
+  const sizes = share.map((s) => Math.max(1, Math.floor((units * s) / total)));
+  let excess = sizes.reduce((s, x) => s + x, 0) - units;
   for (let i = n - 1; excess !== 0; i = (i + n - 1) % n) {
     if (excess > 0 && sizes[i]! > 1) {
       sizes[i]!--;
@@ -69,14 +80,15 @@ export function partitionMap(o: PartitionMapOptions): Partition[] {
   const partitions: Partition[] = [];
   let start = 0;
   for (let i = 0; i < n; i++) {
+    const end = i === n - 1 ? o.length : start + sizes[i]! * align;
     partitions.push({
       index: i,
       start,
-      end: start + sizes[i]!,
+      end,
       owners: [order[i]!, order[(i + 1) % n]!],
       ...(n >= 3 ? { auditor: order[(i + 2) % n]! } : {}),
     });
-    start += sizes[i]!;
+    start = end;
   }
   return partitions;
 }

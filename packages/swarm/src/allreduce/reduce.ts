@@ -13,7 +13,11 @@ export interface Contribution {
  * how many contributions CenteredClip clipped.
  */
 export function reduceContributions(contributions: Contribution[], reduction: Reduction): { values: Float32Array; clipped: number } {
+  if (contributions.length === 0) throw new RangeError('no contributions to reduce');
   const n = contributions[0]!.values.length;
+  // Work weights that are all zero (none of them verified yet) weigh everyone equally: 0/0 made every value NaN.
+  const anyWork = contributions.some((c) => c.weight > 0);
+  if (!anyWork) contributions = contributions.map((c) => ({ ...c, weight: 1 }));
   const totalWeight = contributions.reduce((s, c) => s + c.weight, 0);
   const mean = new Float64Array(n);
   for (const c of contributions) {

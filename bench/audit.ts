@@ -1,0 +1,160 @@
+/**
+ * npm run bench:audit — does any cheat pay? Whole-round audits against every
+ * cheat of server/src/testing/cheats.ts, in real swarm runs.
+ *
+ * Each run is the adversarial test's setup (server/src/adversarial.test.ts):
+ * 12 honest miners and one of each cheat over 3 stages of `tiny`, in three
+ * miner processes over WebRTC, the coordinator with PGlite here and the
+ * validator in its own process, audits drawn at AUDIT_RATE; epochs of
+ * EPOCH_MS settled SETTLE_AFTER_MS after they end. RUNS runs with different
+ * run seeds (weights, data windows). Per cheat and run: flagged for the
+ * expected reason, the epoch it was flagged in (1 = the first), and what it
+ * earned over the run against the average honest miner. False positives:
+ * honest miners flagged, over all honest miner-rounds audited. Cost: the
+ * validator's seconds per audited round against a miner's own compute
+ * seconds for a round.
+ *
+ *   npm run bench:audit            # 3 runs
+ *   RUNS=1 npm run bench:audit     # one (stated in the output)
+ */
+import { initNodeBackend } from '@train-at-home/model/node';
+import { listeningCoordinator } from '../server/src/testing/coordinator';
+import { CHEATS, type CheatName } from '../server/src/testing/cheats';
+import { MinerSwarm } from '../server/src/testing/swarm';
+import { finish, machine } from './lib';
+
+const EPOCH_MS = 60_000;
+const SETTLE_AFTER_MS = 45_000;
+const EPOCHS = 3;
+const AUDIT_RATE = 0.5;
+const RUNS = Number(process.env.RUNS ?? 3);
+const backend = await initNodeBackend();
+
+interface RunResult {
+  seed: number;
+  detection: Array<{ attack: CheatName; detected: boolean; flags: string[]; epochsToDetect: number | null; earningsRatio: number }>;
+  honest: number;
+  honestFlagged: number;
+  honestRoundsAudited: number;
+  audits: { drawn: number; passed: number; failed: number; unanswered: number; skipped: number; validatorMs: number; replayedOps: number };
+  minerComputeSecondsPerRound: number;
+  /** Mean wall time of a closed merge round (training, merge), over every stage. */
+  roundSeconds: number;
+  wallS: number;
+}
+
+async function run(seed: number): Promise<RunResult> {
+  const { app, url } = await listeningCoordinator({
+    name: `bench-audit-${seed}`,
+    preset: 'tiny',
+    stages: 3,
+    bottleneck: 32,
+    seed,
+    training: { batchSize: 8, peakLr: 0.006, warmupSteps: 10, totalSteps: 600 },
+    merge: { every: 16, maxTrainingMs: 20_000, readyMs: 10_000, senderMs: 10_000, reducerMs: 5_000, roundMs: 30_000 },
+    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: '1000000000', spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, auditRate: AUDIT_RATE, auditTimeoutMs: 40_000 },
+  });
+  const swarm = new MinerSwarm();
+  const started = Date.now();
+  const cheats = Object.keys(CHEATS) as CheatName[];
+  const miners = await swarm.start(url, [9, 9, 8]);
+  const byStage = [0, 1, 2].map((stage) => miners.filter((m) => m.stage === stage).map((m) => m.minerId).sort());
+  const roles = new Map<string, CheatName | null>(miners.map((m) => [m.minerId, null]));
+  for (const name of cheats) roles.set(byStage[CHEATS[name].stage]!.find((id) => roles.get(id) === null)!, name);
+  await swarm.assign(Object.fromEntries([...roles].filter(([, c]) => c)) as Record<string, CheatName>);
+  const [{ ms: runStart }] = (await app.db.query<{ ms: string }>(`SELECT floor(extract(epoch FROM created_at) * 1000)::text AS ms FROM runs WHERE id = $1`, [app.coordinator.runId])).map((r) => ({ ms: Number(r.ms) }));
+  while ((await app.db.query('SELECT 1 FROM settlements')).length < EPOCHS) {
+    await new Promise((r) => setTimeout(r, 10_000));
+    console.log(`audit seed ${seed}: ${Math.round((Date.now() - started) / 1000)} s, rounds ${JSON.stringify(app.coordinator.phases.status().map((s) => s.round))}, audits ${JSON.stringify(app.validator.audits.stats)}`);
+    // Settlement waits for the audits of every round with work in an epoch (server/src/validator/settlement.ts).
+    if (Date.now() - started > (EPOCHS + 8) * EPOCH_MS + SETTLE_AFTER_MS) throw new Error('epochs were not settled in time');
+  }
+  const stats = await swarm.stats();
+  const flags = await app.db.query<{ miner_id: string; kind: string; reason: string; created_at: Date }>('SELECT miner_id, kind, reason, created_at FROM flags ORDER BY id');
+  // What each miner earned over the settled epochs (no payout links here: one account per miner).
+  const earned = new Map<string, bigint>();
+  for (const p of await app.db.query<{ miners: string[] | string; amount: string }>('SELECT miners, amount::text FROM payouts WHERE run_id = $1', [app.coordinator.runId])) {
+    const ids = (typeof p.miners === 'string' ? JSON.parse(p.miners) : p.miners) as string[];
+    for (const id of ids) earned.set(id, (earned.get(id) ?? 0n) + BigInt(p.amount) / BigInt(ids.length));
+  }
+  const honest = [...roles].filter(([, c]) => !c).map(([id]) => id);
+  const honestMean = honest.reduce((s, id) => s + Number(earned.get(id) ?? 0n), 0) / honest.length;
+  const detection = cheats.map((attack) => {
+    const id = [...roles].find(([, c]) => c === attack)![0];
+    const mine = flags.filter((f) => f.miner_id === id);
+    const right = mine.find((f) => (CHEATS[attack].flags as readonly string[]).includes(f.kind));
+    return {
+      attack,
+      detected: !!right,
+      flags: mine.map((f) => f.kind),
+      epochsToDetect: right ? Math.floor((new Date(right.created_at).getTime() - runStart) / EPOCH_MS) + 1 : null,
+      earningsRatio: honestMean > 0 ? Number(earned.get(id) ?? 0n) / honestMean : 0,
+    };
+  });
+  const honestFlags = flags.filter((f) => honest.includes(f.miner_id));
+  for (const f of honestFlags) console.log(`audit seed ${seed}: FALSE POSITIVE ${f.miner_id.slice(0, 8)}: ${f.kind}: ${f.reason}`);
+  const [{ n: honestRoundsAudited }] = await app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND status IN ('passed', 'failed', 'unanswered') AND miner_id = ANY($2::text[])`, [
+    app.coordinator.runId,
+    honest,
+  ]);
+  const honestStats = stats.filter((s) => honest.includes(s.minerId) && s.merges > 0);
+  const minerComputeSecondsPerRound = honestStats.reduce((s, m) => s + m.computeMs / 1000 / m.merges, 0) / Math.max(1, honestStats.length);
+  const [{ s: roundSeconds }] = await app.db.query<{ s: number }>(
+    `SELECT coalesce(avg(extract(epoch FROM ended_at - started_at)), 0)::float8 AS s FROM epochs WHERE run_id = $1 AND ended_at IS NOT NULL`,
+    [app.coordinator.runId],
+  );
+  const result: RunResult = {
+    seed,
+    detection,
+    honest: honest.length,
+    honestFlagged: new Set(honestFlags.map((f) => f.miner_id)).size,
+    honestRoundsAudited,
+    audits: { ...app.validator.audits.stats },
+    minerComputeSecondsPerRound,
+    roundSeconds: Number(roundSeconds),
+    wallS: Math.round((Date.now() - started) / 1000),
+  };
+  swarm.stop();
+  await app.close();
+  return result;
+}
+
+const runs: RunResult[] = [];
+for (let i = 0; i < RUNS; i++) runs.push(await run(101 + i));
+
+console.log('\ncheat                              detected  epochs to detect  earnings / honest average  (per run)');
+for (const attack of Object.keys(CHEATS) as CheatName[]) {
+  const d = runs.map((r) => r.detection.find((x) => x.attack === attack)!);
+  console.log(
+    `${attack.padEnd(35)}${`${d.filter((x) => x.detected).length}/${d.length}`.padEnd(10)}${d.map((x) => x.epochsToDetect ?? '—').join(', ').padEnd(18)}${d.map((x) => x.earningsRatio.toFixed(2)).join(', ')}`,
+  );
+}
+const audited = runs.reduce((s, r) => s + r.audits.passed + r.audits.failed, 0);
+const validatorSecondsPerAuditedRound = runs.reduce((s, r) => s + r.audits.validatorMs, 0) / 1000 / Math.max(1, audited);
+const minerSecondsPerRound = runs.reduce((s, r) => s + r.minerComputeSecondsPerRound, 0) / runs.length;
+const all = runs.flatMap((r) => r.detection);
+// One validator core keeps up with as many miners as it can audit a round of each per round's wall time, at the rate.
+const roundSeconds = runs.reduce((s, r) => s + r.roundSeconds, 0) / runs.length;
+const minersPerValidatorCore = Math.floor(roundSeconds / (AUDIT_RATE * Math.max(1e-9, validatorSecondsPerAuditedRound)));
+console.log(`false positives: ${runs.map((r) => r.honestFlagged).join(', ')} honest miners flagged over ${runs.map((r) => r.honestRoundsAudited).join(', ')} honest rounds audited`);
+console.log(`validator ${validatorSecondsPerAuditedRound.toFixed(2)} s per audited round; a miner computes ${minerSecondsPerRound.toFixed(2)} s per round`);
+console.log(`rounds last ${roundSeconds.toFixed(1)} s: one validator core audits ${minersPerValidatorCore} miners at rate ${AUDIT_RATE}`);
+
+finish('audit', {
+  cheaters: Object.keys(CHEATS).length,
+  detected: Math.min(...runs.map((r) => r.detection.filter((d) => d.detected).length)),
+  falsePositives: runs.reduce((s, r) => s + r.honestFlagged, 0),
+  honestRoundsAudited: runs.reduce((s, r) => s + r.honestRoundsAudited, 0),
+  maxEpochsToDetect: Math.max(...all.map((d) => d.epochsToDetect ?? Infinity)),
+  maxCheaterEarningsRatio: Math.max(...all.map((d) => d.earningsRatio)),
+  auditRate: AUDIT_RATE,
+  validatorSecondsPerAuditedRound: +validatorSecondsPerAuditedRound.toFixed(3),
+  minerSecondsPerRound: +minerSecondsPerRound.toFixed(3),
+  roundSeconds: +roundSeconds.toFixed(1),
+  minersPerValidatorCore,
+  runs: runs.length,
+  budget: `${runs.length} run(s) of ${EPOCHS} settled epochs of ${EPOCH_MS / 1000} s, tiny, 3 stages, 12 honest miners and ${Object.keys(CHEATS).length} cheaters`,
+  perRun: runs,
+  machine: machine(backend),
+});
+process.exit(0);

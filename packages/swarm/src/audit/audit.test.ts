@@ -1,0 +1,228 @@
+import * as tf from '@tensorflow/tfjs';
+import { PRESETS, Stage, assignedWindows, contentHash, exportStageWeights, stageSpecs, type RunLayout } from '@train-at-home/model';
+import { initNodeBackend } from '@train-at-home/model/node';
+import { payloadHashHex, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { Mesh } from '../mesh';
+import { PipelineWorker, type Misbehaviour } from '../pipeline';
+import { RoundRecorder, decodeRecord, encodeRecord, RecordError } from './record';
+import { OuterOptimizer } from '../allreduce/outer';
+import { roundPartitionMap } from '../allreduce/butterfly';
+import { contributionRoot } from '../allreduce/commitment';
+import { encodeValues } from '../allreduce/values';
+import { readFlat } from '../merge';
+import { payloadHashHex as hashOf } from '@train-at-home/protocol';
+import { replayRound, type AuditInputs, type ConfirmedTransfer } from './replay';
+
+/**
+ * Whole-round audits on a real 3-stage pipeline of `tiny` (PipelineWorkers
+ * over an in-process mesh): every honest miner's round replays exactly, and
+ * each cheat a replay of the first microbatch after a merge cannot see is
+ * caught by name: noise of 1% of the output's RMS after the first step, a
+ * lazy learner, foreign tokens at stage 0, an under-reported loss.
+ */
+const config = PRESETS.tiny;
+const layout: RunLayout = { stages: 3, bottleneck: 32, int8: true };
+const training = { peakLr: 0.006, warmupSteps: 2, totalSteps: 40 };
+const SEED = 5;
+const DATA_SEED = 77;
+const BATCH = 4;
+const IDS = ['a', 'b', 'c'].map((c) => c.repeat(64));
+let tokens: Uint16Array;
+
+beforeAll(async () => {
+  await initNodeBackend();
+  // Stand-in run data: any token array works for provenance (the windows are read from it).
+  tokens = Uint16Array.from({ length: 50_000 }, (_, i) => (i * 7919 + (i >> 3)) % config.vocabSize);
+});
+
+/** Delivers messages between in-process workers, in order, as a PeerMesh would. */
+function memoryMeshes(ids: string[]): Map<string, Mesh> {
+  const handlers = new Map<string, (from: string, m: AssembledMessage) => void>();
+  const meshes = new Map<string, Mesh>();
+  for (const id of ids) {
+    meshes.set(id, {
+      onMessage: (h: (from: string, m: AssembledMessage) => void) => void handlers.set(id, h),
+      onReject: () => {},
+      send: async (to: string, header: FrameHeader, payload: Uint8Array) => {
+        const payloadHash = payloadHashHex(payload);
+        setTimeout(() => handlers.get(to)?.(id, { ...header, payload, payloadHash }), 0);
+        return { bytes: payload.length, payloadHash };
+      },
+      close: () => {},
+    } as unknown as Mesh);
+  }
+  return meshes;
+}
+
+interface Round {
+  stages: Stage[];
+  recorders: RoundRecorder[];
+  transfers: ConfirmedTransfer[];
+  losses: Map<string, number>;
+  commitments: Array<{ weights: string; state: string }>;
+}
+
+/** Runs `microbatches` through a fresh pipeline, with a cheat at one stage, and closes the round as a merge would. */
+async function runRound(microbatches: number, cheat?: { stage: number; misbehave?: Misbehaviour; foreignTokens?: boolean }): Promise<Round> {
+  const meshes = memoryMeshes(IDS);
+  const specs = stageSpecs(config, layout);
+  const stages = specs.map((s) => new Stage(s, SEED));
+  const recorders = IDS.map((id, k) => new RoundRecorder(1, id, k));
+  const reported: Array<ConfirmedTransfer & { by: string }> = [];
+  const losses = new Map<string, number>();
+  const workers = IDS.map(
+    (id, k) =>
+      new PipelineWorker({
+        selfId: id,
+        stage: stages[k]!,
+        runId: 1,
+        mesh: meshes.get(id)!,
+        nextPeers: () => (IDS[k + 1] ? [IDS[k + 1]!] : []),
+        epoch: () => 0,
+        ...training,
+        onOp: (op) => recorders[k]!.add(op),
+        onTransfer: (t) => reported.push({ ...t, by: id }),
+        onLoss: (r) => losses.set(r.activationId, r.loss),
+        ...(cheat?.stage === k && cheat.misbehave ? { misbehave: cheat.misbehave } : {}),
+      }),
+  );
+  for (let k = 0; k < 3; k++) {
+    const weights = await exportStageWeights(stages[k]!);
+    recorders[k]!.start(0, contentHash(weights), await workers[k]!.compute.exportState(), weights);
+  }
+  for (let i = 0; i < microbatches; i++) {
+    const id = crypto.getRandomValues(new Uint8Array(16));
+    const assigned = assignedWindows(tokens, BATCH, config.contextLength, DATA_SEED, id);
+    const batch = cheat?.foreignTokens ? assignedWindows(tokens, BATCH, config.contextLength, DATA_SEED + 1, id) : assigned;
+    await workers[0]!.submit(batch, id);
+  }
+  await new Promise((r) => setTimeout(r, 20));
+  const commitments = [];
+  for (let k = 0; k < 3; k++) {
+    commitments.push({ weights: contentHash(await exportStageWeights(stages[k]!)), state: contentHash(await workers[k]!.compute.exportState()) });
+    recorders[k]!.ready(1);
+    recorders[k]!.finish();
+    workers[k]!.dispose();
+  }
+  // A transfer counts when both ends confirmed it with the same hash.
+  const key = (t: ConfirmedTransfer) => `${t.direction}:${t.activationId}:${t.from}:${t.to}:${t.payloadHash}`;
+  const seen = new Map<string, number>();
+  for (const t of reported) seen.set(key(t), (seen.get(key(t)) ?? 0) + 1);
+  const transfers = [...new Map(reported.filter((t) => seen.get(key(t)) === 2).map((t) => [key(t), { direction: t.direction, activationId: t.activationId, from: t.from, to: t.to, payloadHash: t.payloadHash }])).values()];
+  return { stages, recorders, transfers, losses, commitments };
+}
+
+async function audit(round: Round, k: number, record = round.recorders[k]!.find(1)!, merge?: AuditInputs['merge']) {
+  const fresh = new Stage(stageSpecs(config, layout)[k]!, SEED);
+  try {
+    return await replayRound({
+      stage: fresh,
+      training,
+      record: decodeRecord(encodeRecord(record)),
+      startStateHash: null,
+      endWeightsHash: round.commitments[k]!.weights,
+      endStateHash: round.commitments[k]!.state,
+      transfers: round.transfers.filter((t) => t.from === IDS[k] || t.to === IDS[k]),
+      reportedLosses: round.losses,
+      tokens,
+      dataSeed: DATA_SEED,
+      batchSize: BATCH,
+      maxBatch: 256,
+      ...(merge ? { merge } : {}),
+    });
+  } finally {
+    fresh.dispose();
+  }
+}
+
+describe('whole-round audits', () => {
+  it('replays every honest miner\'s round exactly, through its record\'s binary form', async () => {
+    const round = await runRound(4);
+    for (let k = 0; k < 3; k++) {
+      const verdict = await audit(round, k);
+      expect(verdict, `stage ${k}`).toMatchObject({ passed: true, steps: 4 });
+      expect(verdict.ops).toBe(k === 2 ? 4 : 8);
+    }
+    round.stages.forEach((s) => s.dispose());
+  });
+
+  it('catches noise of 1% of the output RMS sent only after the first inner step', async () => {
+    let n = 0;
+    const round = await runRound(3, {
+      stage: 1,
+      misbehave: { output: (out) => (n++ === 0 ? out : tf.tidy(() => out.add(tf.randomNormal(out.shape).mul(tf.sqrt(tf.mean(tf.square(out))).mul(0.01)))) as tf.Tensor2D) },
+    });
+    const verdict = await audit(round, 1);
+    expect(verdict).toMatchObject({ passed: false, reason: 'AUDIT_OUTPUT_MISMATCH', op: 2 });
+    expect(verdict.metrics!.cosine).toBeGreaterThan(0.99); // invisible to a cosine threshold, not to an exact replay
+    expect(await audit(round, 0)).toMatchObject({ passed: true });
+    round.stages.forEach((s) => s.dispose());
+  });
+
+  it('catches a lazy learner by the weights it committed at the merge', async () => {
+    const round = await runRound(3, { stage: 1, misbehave: { skipSteps: true } });
+    expect(await audit(round, 1)).toMatchObject({ passed: false, reason: 'AUDIT_OUTPUT_MISMATCH' });
+    round.stages.forEach((s) => s.dispose());
+    // With one microbatch its outputs are those of the anchor: only the committed weights tell.
+    const one = await runRound(1, { stage: 1, misbehave: { skipSteps: true } });
+    expect(await audit(one, 1)).toMatchObject({ passed: false, reason: 'AUDIT_WEIGHTS_MISMATCH' });
+    one.stages.forEach((s) => s.dispose());
+  });
+
+  it('catches stage 0 feeding tokens that are not its assigned windows, and an under-reported loss', async () => {
+    const foreign = await runRound(2, { stage: 0, foreignTokens: true });
+    expect(await audit(foreign, 0)).toMatchObject({ passed: false, reason: 'FOREIGN_TOKENS', op: 0 });
+    foreign.stages.forEach((s) => s.dispose());
+    const liar = await runRound(2, { stage: 2, misbehave: { reportedLoss: (l) => l * 0.999 } });
+    expect(await audit(liar, 2)).toMatchObject({ passed: false, reason: 'AUDIT_LOSS_MISMATCH', op: 0 });
+    liar.stages.forEach((s) => s.dispose());
+  });
+
+  it('catches a contribution to the merge other than the one its round leads to, as its partitions\' owners received it', async () => {
+    const round = await runRound(2);
+    const k = 1;
+    const initial = new Stage(stageSpecs(config, layout)[k]!, SEED);
+    const honest = new OuterOptimizer(await readFlat(initial)).pseudoGradient(await readFlat(round.stages[k]!));
+    initial.dispose();
+    const participants = [IDS[k]!, 'd'.repeat(64), 'e'.repeat(64)];
+    // What the owners of each partition say they received from the miner: a given contribution's encoded slices.
+    const merge = (sent: Float32Array, committed?: Float32Array): AuditInputs['merge'] => ({
+      mode: 'outer',
+      seed: 42,
+      participants,
+      precision: 'int8',
+      received: roundPartitionMap(participants, sent.length, 42).flatMap((p) =>
+        p.owners.map((owner) => ({ partition: p.index, owner, hash: hashOf(encodeValues(sent.subarray(p.start, p.end), 'int8')) })),
+      ),
+      ...(committed ? { committed: contributionRoot(committed, 'int8') } : {}),
+    });
+    expect(await audit(round, k, undefined, merge(honest))).toMatchObject({ passed: true });
+    expect(await audit(round, k, undefined, merge(honest, honest))).toMatchObject({ passed: true });
+    expect(await audit(round, k, undefined, merge(honest.map((x) => x * 10)))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH' });
+    expect(await audit(round, k, undefined, merge(honest.map(() => Math.random() - 0.5)))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH' });
+    // A scaled contribution committed to with merge-ready (so its owners took it): the commitment itself is the evidence.
+    const scaled = honest.map((x) => x * 3);
+    expect(await audit(round, k, undefined, merge(scaled, scaled))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH', detail: expect.stringMatching(/committed with merge-ready/) });
+    round.stages.forEach((s) => s.dispose());
+  });
+
+  it('refuses records that leave out a confirmed send, claim unconfirmed bytes, or start from another state', async () => {
+    const round = await runRound(2);
+    const record = round.recorders[1]!.find(1)!;
+    expect(await audit(round, 1, { ...record, ops: record.ops.slice(0, -1) })).toMatchObject({ passed: false, reason: 'AUDIT_INCOMPLETE' });
+    const forged = record.ops.map((o, i) => (i === 0 ? { ...o, input: o.input.map((b, j) => (j === o.input.length - 1 ? b ^ 1 : b)) } : o));
+    expect(await audit(round, 1, { ...record, ops: forged })).toMatchObject({ passed: false, reason: 'AUDIT_INPUT_MISMATCH', op: 0 });
+    const warm = record.optimizer.slice();
+    warm[8] = 1;
+    expect(await audit(round, 1, { ...record, optimizer: warm })).toMatchObject({ passed: false, reason: 'AUDIT_START_MISMATCH' });
+    // The record carries the weights it starts from, byte for byte (a replay of a replica whose merge ended elsewhere starts from them).
+    const bytes = encodeRecord(record);
+    expect(contentHash(decodeRecord(bytes).anchorWeights!)).toBe(record.anchorHash);
+    expect(decodeRecord(encodeRecord({ ...record, anchorWeights: undefined })).anchorWeights).toBeUndefined();
+    // Bytes that are not a record are refused by name before anything is replayed.
+    expect(() => decodeRecord(bytes.subarray(0, bytes.length - 1))).toThrow(RecordError);
+    expect(() => decodeRecord(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8, 9]))).toThrow(/BAD_RECORD/);
+    round.stages.forEach((s) => s.dispose());
+  });
+});

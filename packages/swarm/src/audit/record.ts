@@ -1,0 +1,222 @@
+/**
+ * What a miner keeps of each training round so the validator can replay it
+ * whole (an audit): the state it started from and every step it took, in
+ * order, with the exact bytes it received and sent. Sent and received bytes
+ * are bound beforehand by the transfers' receipts (both ends confirmed their
+ * hashes), the start and end states by the hashes the miner committed with
+ * `merge-ready`; the record itself proves nothing until the replay matches.
+ *
+ * Binary form (little-endian):
+ *   0   u32  magic 'TAHR' (0x52484154)
+ *   4   u32  JSON header length H
+ *   8   H    JSON header (RecordHeader: every field but the byte arrays, with their lengths)
+ *   then the optimizer state, the anchor weights (if any), then each op's input, outputGrad and sent bytes, in op order
+ */
+export const RECORD_MAGIC = 0x52484154;
+/** The largest record a miner uploads or the coordinator accepts. */
+export const MAX_RECORD_BYTES = 64 * 1024 * 1024;
+/** Ops in one round's record (a round is `merge.every` microbatches, or what fits in `maxTrainingMs`). */
+export const MAX_RECORD_OPS = 4096;
+
+/** One thing the miner's pipeline worker did, in the order it did it. */
+export interface RoundOp {
+  /** 'forward': ran its blocks and sent the boundary tensor on (not the last stage); 'backward': the vector-Jacobian product, maybe a step, and the input gradient sent back. */
+  kind: 'forward' | 'backward';
+  activationId: string;
+  /** The activation payload it received (empty on stage 0: its tokens are the microbatch id's assigned windows). */
+  input: Uint8Array;
+  /** backward, not on the last stage: the gradient payload it received. */
+  outputGrad?: Uint8Array;
+  /** What it sent: the activation payload (forward) or the input-gradient frame (backward, not on stage 0). */
+  sent?: Uint8Array;
+  /** backward: whether the weights took the step (false for a gradient of weights from before a merge). */
+  applied?: boolean;
+  /** backward on the last stage: the loss it reported. */
+  loss?: number;
+  /** stage 0's forward: the targets and first tokens travel in `sent`; nothing else to keep. */
+}
+
+export interface RoundRecord {
+  runId: number;
+  minerId: string;
+  stage: number;
+  /** The merge round whose weights the miner started from (its takeStage checkpoint's round, or 0: the run's initial weights). */
+  anchorRound: number;
+  /** Content hash of those weights. */
+  anchorHash: string;
+  /**
+   * Those weights themselves (exportStageWeights): a replay starts from them when the stage's checkpoint of
+   * that round has other weights (this replica's merge ended elsewhere) or is gone. The validator takes them
+   * only if `anchorHash` is what the miner reported for that merge before the audit was drawn.
+   */
+  anchorWeights?: Uint8Array;
+  /** StageCompute.exportState() at the start: the schedule's step, AdamW's step and moments. */
+  optimizer: Uint8Array;
+  /** The merge round whose `merge-ready` ended this record (the commitments of its end state). */
+  round: number;
+  ops: RoundOp[];
+}
+
+type OpHeader = Omit<RoundOp, 'input' | 'outputGrad' | 'sent'> & { inputBytes: number; outputGradBytes: number; sentBytes: number };
+type RecordHeader = Omit<RoundRecord, 'optimizer' | 'anchorWeights' | 'ops'> & { optimizerBytes: number; anchorWeightsBytes: number; ops: OpHeader[] };
+
+export class RecordError extends Error {
+  override name = 'RecordError';
+  constructor(
+    readonly code: 'BAD_RECORD' | 'TOO_LARGE',
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+export function encodeRecord(r: RoundRecord): Uint8Array {
+  const header: RecordHeader = {
+    runId: r.runId,
+    minerId: r.minerId,
+    stage: r.stage,
+    anchorRound: r.anchorRound,
+    anchorHash: r.anchorHash,
+    round: r.round,
+    optimizerBytes: r.optimizer.length,
+    anchorWeightsBytes: r.anchorWeights?.length ?? -1,
+    ops: r.ops.map((o) => ({
+      kind: o.kind,
+      activationId: o.activationId,
+      ...(o.applied !== undefined ? { applied: o.applied } : {}),
+      ...(o.loss !== undefined ? { loss: o.loss } : {}),
+      inputBytes: o.input.length,
+      outputGradBytes: o.outputGrad?.length ?? -1,
+      sentBytes: o.sent?.length ?? -1,
+    })),
+  };
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const blobs = [r.optimizer, r.anchorWeights ?? new Uint8Array(0), ...r.ops.flatMap((o) => [o.input, o.outputGrad ?? new Uint8Array(0), o.sent ?? new Uint8Array(0)])];
+  const total = 8 + json.length + blobs.reduce((n, b) => n + b.length, 0);
+  if (total > MAX_RECORD_BYTES) throw new RecordError('TOO_LARGE', `a record of ${total} bytes exceeds ${MAX_RECORD_BYTES}`);
+  const out = new Uint8Array(total);
+  const view = new DataView(out.buffer);
+  view.setUint32(0, RECORD_MAGIC, true);
+  view.setUint32(4, json.length, true);
+  out.set(json, 8);
+  let at = 8 + json.length;
+  for (const b of blobs) {
+    out.set(b, at);
+    at += b.length;
+  }
+  return out;
+}
+
+const HEX64 = /^[0-9a-f]{64}$/;
+const HEX32 = /^[0-9a-f]{32}$/;
+const isCount = (n: unknown, max: number): n is number => Number.isInteger(n) && (n as number) >= 0 && (n as number) <= max;
+
+/** Parses and checks a record's structure (not its truth: that is the replay's job); throws RecordError by name. */
+export function decodeRecord(bytes: Uint8Array): RoundRecord {
+  const bad = (why: string): never => {
+    throw new RecordError('BAD_RECORD', why);
+  };
+  if (bytes.length > MAX_RECORD_BYTES) throw new RecordError('TOO_LARGE', `a record of ${bytes.length} bytes exceeds ${MAX_RECORD_BYTES}`);
+  if (bytes.length < 8) bad('shorter than its header');
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (view.getUint32(0, true) !== RECORD_MAGIC) bad('not a round record (magic)');
+  const jsonBytes = view.getUint32(4, true);
+  if (8 + jsonBytes > bytes.length) bad('header longer than the record');
+  let h: RecordHeader;
+  try {
+    h = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes.subarray(8, 8 + jsonBytes))) as RecordHeader;
+  } catch {
+    return bad('header is not JSON');
+  }
+  if (typeof h !== 'object' || h === null) bad('header is not an object');
+  if (!isCount(h.runId, 2 ** 31) || !isCount(h.stage, 63) || !isCount(h.anchorRound, 2 ** 31) || !isCount(h.round, 2 ** 31)) bad('run, stage or rounds out of range');
+  if (typeof h.minerId !== 'string' || !HEX64.test(h.minerId) || typeof h.anchorHash !== 'string' || !HEX64.test(h.anchorHash)) bad('miner id or anchor hash malformed');
+  if (!isCount(h.optimizerBytes, MAX_RECORD_BYTES)) bad('optimizer state length malformed');
+  if (!(h.anchorWeightsBytes === -1 || isCount(h.anchorWeightsBytes, MAX_RECORD_BYTES))) bad('anchor weights length malformed');
+  if (!Array.isArray(h.ops) || h.ops.length > MAX_RECORD_OPS) bad(`ops must be a list of at most ${MAX_RECORD_OPS}`);
+  let at = 8 + jsonBytes;
+  const take = (n: number): Uint8Array => {
+    if (at + n > bytes.length) bad('truncated');
+    const b = bytes.slice(at, at + n);
+    at += n;
+    return b;
+  };
+  const optimizer = take(h.optimizerBytes);
+  const anchorWeights = take(Math.max(0, h.anchorWeightsBytes));
+  const ops: RoundOp[] = h.ops.map((o) => {
+    if (typeof o !== 'object' || o === null || (o.kind !== 'forward' && o.kind !== 'backward')) bad('op kind malformed');
+    if (typeof o.activationId !== 'string' || !HEX32.test(o.activationId)) bad('op activation id malformed');
+    if (o.applied !== undefined && typeof o.applied !== 'boolean') bad('op applied malformed');
+    if (o.loss !== undefined && !(typeof o.loss === 'number' && Number.isFinite(o.loss))) bad('op loss malformed');
+    if (!isCount(o.inputBytes, MAX_RECORD_BYTES) || !(o.outputGradBytes === -1 || isCount(o.outputGradBytes, MAX_RECORD_BYTES)) || !(o.sentBytes === -1 || isCount(o.sentBytes, MAX_RECORD_BYTES))) {
+      bad('op lengths malformed');
+    }
+    const input = take(o.inputBytes);
+    const outputGrad = take(Math.max(0, o.outputGradBytes));
+    const sent = take(Math.max(0, o.sentBytes));
+    return {
+      kind: o.kind,
+      activationId: o.activationId,
+      input,
+      ...(o.outputGradBytes >= 0 ? { outputGrad } : {}),
+      ...(o.sentBytes >= 0 ? { sent } : {}),
+      ...(o.applied !== undefined ? { applied: o.applied } : {}),
+      ...(o.loss !== undefined ? { loss: o.loss } : {}),
+    };
+  });
+  if (at !== bytes.length) bad(`${bytes.length - at} trailing bytes`);
+  return { runId: h.runId, minerId: h.minerId, stage: h.stage, anchorRound: h.anchorRound, anchorHash: h.anchorHash, ...(h.anchorWeightsBytes >= 0 ? { anchorWeights } : {}), optimizer, round: h.round, ops };
+}
+
+/**
+ * A miner's records: the round in progress, and the last few finished ones
+ * (an audit is chosen only after its round closed, and answered within a
+ * deadline). Memory: RECORDS_KEPT finished rounds plus the current one, each
+ * about (its microbatches × the boundary payloads in and out) + 8 bytes per
+ * parameter of the stage's optimizer state + its anchor weights.
+ */
+export const RECORDS_KEPT = 3;
+
+export class RoundRecorder {
+  private current?: RoundRecord;
+  private readonly finished: RoundRecord[] = [];
+
+  constructor(
+    private readonly runId: number,
+    private readonly minerId: string,
+    readonly stage: number,
+  ) {}
+
+  /** A new round starts from these weights (their hash, and the bytes when known) and this optimizer state (a merge just ended, or the stage was taken up). */
+  start(anchorRound: number, anchorHash: string, optimizer: Uint8Array, anchorWeights?: Uint8Array): void {
+    this.current = { runId: this.runId, minerId: this.minerId, stage: this.stage, anchorRound, anchorHash, ...(anchorWeights ? { anchorWeights } : {}), optimizer, round: 0, ops: [] };
+  }
+
+  /** Records an op of the round in progress (none before start: a round not begun from known weights is not auditable). */
+  add(op: RoundOp): void {
+    if (!this.current) return;
+    if (this.current.ops.length >= MAX_RECORD_OPS) {
+      this.current = undefined; // past the bound: this round cannot be audited (and its audit fails as unanswered)
+      return;
+    }
+    this.current.ops.push(op);
+  }
+
+  /** The round in progress ended with `merge-ready` for this merge round (it goes on if the merge then does not happen for this miner). */
+  ready(round: number): void {
+    if (this.current) this.current.round = round;
+  }
+
+  /** The merge went through: the round in progress is finished and kept. */
+  finish(): void {
+    if (!this.current || this.current.round === 0) return;
+    this.finished.push(this.current);
+    while (this.finished.length > RECORDS_KEPT) this.finished.shift();
+    this.current = undefined;
+  }
+
+  /** The finished round that ended with the merge of `round`. */
+  find(round: number): RoundRecord | undefined {
+    return this.finished.find((r) => r.round === round);
+  }
+}

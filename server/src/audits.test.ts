@@ -1,0 +1,114 @@
+import { contentHash } from '@train-at-home/model';
+import { auditCommitment, verifyAuditChoice } from '@train-at-home/incentives';
+import { generateIdentity, type Identity } from '@train-at-home/protocol';
+import { RoundRecorder, encodeRecord } from '@train-at-home/swarm';
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, type App } from './app';
+import { testDatabase } from './db/test-database';
+
+/**
+ * The audit route against bad answers: late, truncated, unsigned or signed
+ * by another key, for another round, stage or miner. Each gets its named
+ * rejection and changes nothing (the audit stays open for the right
+ * answer); and the draw of a closed round is verifiable by anyone.
+ */
+let app: App;
+const miner: Identity = generateIdentity();
+const other: Identity = generateIdentity();
+const id = (i: Identity): string => i.publicKey.slice(2);
+
+beforeAll(async () => {
+  app = await buildApp({ database: await testDatabase(), run: { name: 'audits', preset: 'tiny', stages: 2, bottleneck: 32, int8: true } });
+  for (const m of [miner, other]) {
+    await app.db.query(`INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status) VALUES ($1, $2, $3, $4, 'wasm', 1, 1, 'active')`, [
+      id(m),
+      app.coordinator.runId,
+      m.publicKey,
+      m.address,
+    ]);
+  }
+});
+afterAll(async () => app?.close());
+
+function record(round: number, minerId = id(miner), stage = 1): Uint8Array {
+  const r = new RoundRecorder(app.coordinator.runId, minerId, stage);
+  r.start(round - 1, 'ab'.repeat(32), new Uint8Array(8));
+  r.ready(round);
+  r.finish();
+  return encodeRecord(r.find(round)!);
+}
+
+async function openAudit(round: number, minerId = id(miner), seconds = 60): Promise<string> {
+  const auditId = randomBytes(16).toString('hex');
+  await app.db.query(`INSERT INTO audits (id, run_id, stage, round, miner_id, status, deadline) VALUES ($1, $2, 1, $3, $4, 'open', now() + make_interval(secs => $5))`, [
+    auditId,
+    app.coordinator.runId,
+    round,
+    minerId,
+    seconds,
+  ]);
+  return auditId;
+}
+
+async function put(auditId: string, bytes: Uint8Array, signer: Identity = miner, as = id(miner)) {
+  const signature = signer.sign('audit', { runId: app.coordinator.runId, auditId, hash: contentHash(bytes) });
+  return app.fastify.inject({ method: 'PUT', url: `/api/audits/${auditId}`, headers: { 'content-type': 'application/octet-stream', 'x-miner-id': as, 'x-signature': signature }, payload: Buffer.from(bytes) });
+}
+
+const status = async (auditId: string): Promise<string> => (await app.db.query<{ status: string }>('SELECT status FROM audits WHERE id = $1', [auditId]))[0]!.status;
+
+describe('audit answers', () => {
+  it('refuses each bad answer by name and leaves the audit open', async () => {
+    const auditId = await openAudit(5);
+    const good = record(5);
+    // Truncated, and bytes that are not a record.
+    expect((await put(auditId, good.subarray(0, good.length - 3))).json()).toMatchObject({ error: 'BAD_RECORD' });
+    expect((await put(auditId, randomBytes(100))).json()).toMatchObject({ error: 'BAD_RECORD' });
+    // Another round, another stage, another miner's record.
+    expect((await put(auditId, record(4))).json()).toMatchObject({ error: 'WRONG_RECORD' });
+    expect((await put(auditId, record(5, id(miner), 0))).json()).toMatchObject({ error: 'WRONG_RECORD' });
+    expect((await put(auditId, record(5, id(other)))).json()).toMatchObject({ error: 'WRONG_RECORD' });
+    // Signed by someone else, or sent as another miner: nobody can answer (and so fail) an audit for another.
+    expect((await put(auditId, good, other)).statusCode).toBe(401);
+    const asOther = await put(auditId, record(5, id(other)), other, id(other));
+    expect(asOther.json()).toMatchObject({ error: 'NOT_YOUR_AUDIT' });
+    expect(asOther.statusCode).toBe(403);
+    // An audit never drawn.
+    expect((await put(randomBytes(16).toString('hex'), good)).json()).toMatchObject({ error: 'NO_SUCH_AUDIT' });
+    expect(await status(auditId)).toBe('open');
+    // The right answer is taken once.
+    expect((await put(auditId, good)).statusCode).toBe(202);
+    expect((await put(auditId, good)).json()).toMatchObject({ error: 'NO_SUCH_AUDIT' });
+  });
+
+  it('refuses a late answer, and an audit past its deadline is failed as unanswered while the miner is still here only', async () => {
+    const late = await openAudit(6, id(miner), -1);
+    await app.validator.audits.tick();
+    expect((await put(late, record(6))).json()).toMatchObject({ error: 'NO_SUCH_AUDIT' });
+    // The miner has no socket here: it left, so it is not blamed.
+    expect(await status(late)).toBe('abandoned');
+    expect(await app.db.query('SELECT 1 FROM flags WHERE miner_id = $1', [id(miner)])).toEqual([]);
+  });
+
+  it('publishes each round\'s commitment before it closes and its secret after, so anyone can check the draw', async () => {
+    await app.validator.audits.commit(1, 9);
+    const before = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=9' })).json();
+    expect(before.secret).toBeNull();
+    await app.db.query(`INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at) VALUES ($1, 1, 9, $2, $3, $3, now()), ($1, 1, 9, $4, $3, $3, now())`, [
+      app.coordinator.runId,
+      id(miner),
+      'cd'.repeat(32),
+      id(other),
+    ]);
+    await app.validator.audits.roundClosed(1, 9, [id(miner), id(other)]);
+    const after = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=9' })).json();
+    expect(after.commitment).toBe(before.commitment);
+    expect(auditCommitment(after.secret)).toBe(after.commitment);
+    const chosen = verifyAuditChoice({ commitment: after.commitment, secret: after.secret, stage: 1, round: 9, rate: after.rate, miners: after.committed });
+    expect(after.audits.map((a: { miner: string }) => a.miner).sort()).toEqual(chosen.sort());
+    // The next round's draw is committed as this one closes.
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=10' })).json().secret).toBeNull();
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=x&round=1' })).statusCode).toBe(400);
+  });
+});

@@ -1,0 +1,334 @@
+import { auditCommitment, isAudited } from '@train-at-home/incentives';
+import { PROTOCOL_VERSION } from '@train-at-home/protocol';
+import { MAX_RECORD_BYTES, RecordError, decodeRecord, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type RoundRecord } from '@train-at-home/swarm';
+import { randomBytes } from 'node:crypto';
+import type { Coordinator } from '../coordinator';
+import type { ValidatorProcess } from './client';
+
+export { MAX_RECORD_BYTES };
+
+/** A miner given a new stage may still have its previous stage's sends in flight this long: not part of the new stage's round. */
+export const STAGE_TAKEN_GRACE_MS = 5_000;
+
+/**
+ * Replays waiting in the validator halve the audit rate of the next rounds drawn, once for every round's worth
+ * (merge.maxTrainingMs + merge.roundMs) of replay time they hold at the validator's mean time per replay (this
+ * before the first replay finished). Counted in replays alone (8), one stage's round of 9 replicas drawn at once
+ * halved the rate though the validator cleared it in seconds: the adversarial test's cheats went unaudited for epochs.
+ */
+export const FIRST_REPLAY_MS_GUESS = 1_000;
+/** A replay not finished this long after its audit's deadline is taken as lost (skipped: the validator's fault, not the miner's). */
+export const AUDIT_REPLAY_LIMIT_MS = 300_000;
+
+/** An open audit is sent to its miner again this often until answered (one sent while its socket was down is lost). */
+export const AUDIT_RESEND_MS = 10_000;
+
+/** The backend the validator replays on: a round is bit-exact only on the same one. */
+export const AUDIT_BACKEND = 'wasm';
+
+export class AuditError extends Error {
+  override name = 'AuditError';
+  constructor(
+    readonly code: 'NO_SUCH_AUDIT' | 'NOT_YOUR_AUDIT' | 'WRONG_RECORD' | 'BAD_RECORD' | 'TOO_LARGE',
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
+
+/** What the validator process gets for one audit (compute.ts: audit). */
+export interface AuditJob {
+  record: Uint8Array;
+  /** The checkpoint the record starts from (absent: the weights the record carries, else the run's initial weights; checked by hash there). */
+  startWeights?: Uint8Array;
+  startStateHash: string | null;
+  endWeightsHash: string;
+  endStateHash: string;
+  transfers: ConfirmedTransfer[];
+  reportedLosses: Array<[string, number]>;
+  merge?: AuditInputs['merge'];
+}
+
+/**
+ * Whole-round audits (the guarantee that a cheat a miner could time does not
+ * pay):
+ *
+ *   1. Commit, then choose: when a stage's round begins the coordinator
+ *      commits to a secret (audit_rounds); replicas commit to their round's
+ *      end and to their merge contribution's Merkle root with merge-ready
+ *      (round_commitments; owners refuse slices the root does not prove),
+ *      and to every transfer with receipts. When the round closed the secret is revealed, and the pairs
+ *      it draws (audit-choice.ts) are asked for their record.
+ *   2. The record (the miner's, audit/record.ts) is replayed whole in the
+ *      validator's process (audit/replay.ts): from the checkpoint and the
+ *      committed optimizer state, every op in order, each byte checked
+ *      against a confirmed transfer, each output, gradient, loss and the end
+ *      state against what the miner sent and committed.
+ *   3. A failed audit, or none answered by the deadline while the miner is
+ *      still here, flags the miner: it earns nothing in the window (scores
+ *      are zero for flagged miners) and leaves the run.
+ *
+ * Rounds that cannot be replayed through no fault of the miner (its
+ * backend is not the validator's, the checkpoint is gone) are recorded as
+ * skipped, never failed.
+ */
+export class Auditor {
+  readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0 };
+  private busy = false;
+  /** When each open audit was last sent to its miner (a request sent while its socket was down is sent again). */
+  private readonly sentAt = new Map<string, number>();
+
+  constructor(
+    private readonly c: Coordinator,
+    private readonly validator: ValidatorProcess,
+  ) {}
+
+  private get rate(): number {
+    return this.c.run.incentives.auditRate ?? 0;
+  }
+
+  /**
+   * Commits to the audit draw of a stage's round before any of its work (idempotent), at the run's
+   * audit rate, halved for every round's worth of replay time the validator has waiting (FIRST_REPLAY_MS_GUESS):
+   * the rate is committed with the draw (anyone can check it), and every lowered one is counted.
+   */
+  async commit(stage: number, round: number): Promise<void> {
+    const secret = randomBytes(32).toString('hex');
+    const [behind] = await this.c.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND status = 'replaying'`, [this.c.runId]);
+    const replays = this.stats.passed + this.stats.failed;
+    const perReplayMs = replays > 0 ? this.stats.validatorMs / replays : FIRST_REPLAY_MS_GUESS;
+    const roundMs = this.c.run.merge.maxTrainingMs + this.c.run.merge.roundMs;
+    const halvings = Math.min(10, Math.floor(((behind?.n ?? 0) * perReplayMs) / roundMs));
+    const [row] = await this.c.db.query(
+      `INSERT INTO audit_rounds (run_id, stage, round, commitment, secret, rate) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id, stage, round) DO NOTHING RETURNING round`,
+      [this.c.runId, stage, round, auditCommitment(secret), secret, this.rate / 2 ** halvings],
+    );
+    if (row && halvings > 0) this.stats.rateLowered++;
+  }
+
+  /** A stage's round closed: reveal its draw, ask the drawn replicas for their records, and commit to the next round. */
+  async roundClosed(stage: number, round: number, participants: string[]): Promise<void> {
+    await this.commit(stage, round + 1);
+    if (this.rate <= 0) return;
+    const [draw] = await this.c.db.query<{ secret: string; rate: number }>(
+      `UPDATE audit_rounds SET revealed_at = now() WHERE run_id = $1 AND stage = $2 AND round = $3 RETURNING secret, rate`,
+      [this.c.runId, stage, round],
+    );
+    // No commitment made before the round (it began before this process did): nothing is drawn.
+    if (!draw) return;
+    const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
+    const chosen = committed.map((r) => r.miner_id).filter((id) => participants.includes(id) && isAudited(draw.secret, stage, round, id, draw.rate));
+    const timeoutMs = this.c.run.incentives.auditTimeoutMs ?? 30_000;
+    for (const minerId of chosen) {
+      const [miner] = await this.c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, this.c.runId]);
+      const id = randomBytes(16).toString('hex');
+      this.stats.drawn++;
+      if (miner?.backend !== AUDIT_BACKEND) {
+        // Another backend's arithmetic differs in its last bits: an exact replay would fail an honest miner.
+        await this.insert(id, stage, round, minerId, 'skipped', 'BACKEND', { backend: miner?.backend ?? null }, 0);
+        this.stats.skipped++;
+        continue;
+      }
+      await this.insert(id, stage, round, minerId, 'open', null, null, timeoutMs);
+      this.c.sockets.get(minerId)?.emit('audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs: timeoutMs });
+      this.sentAt.set(id, Date.now());
+    }
+  }
+
+  private async insert(id: string, stage: number, round: number, minerId: string, status: string, reason: string | null, detail: object | null, timeoutMs: number): Promise<void> {
+    await this.c.db.query(
+      `INSERT INTO audits (id, run_id, stage, round, miner_id, status, reason, detail, deadline, finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9), CASE WHEN $6 = 'open' THEN NULL ELSE now() END)
+       ON CONFLICT (run_id, stage, round, miner_id) DO NOTHING`,
+      [id, this.c.runId, stage, round, minerId, status, reason, detail ? JSON.stringify(detail) : null, timeoutMs / 1000],
+    );
+  }
+
+  /**
+   * A miner's answer: its round's record. Refused by name (and the audit left
+   * open until its deadline) when it is not for an open audit of this miner,
+   * not a record, or a record of another round, stage, run or miner.
+   */
+  async answer(auditId: string, minerId: string, bytes: Uint8Array): Promise<void> {
+    const [audit] = await this.c.db.query<{ stage: number; round: number; miner_id: string; status: string }>(
+      'SELECT stage, round, miner_id, status FROM audits WHERE id = $1 AND run_id = $2',
+      [auditId, this.c.runId],
+    );
+    if (!audit || audit.status !== 'open') throw new AuditError('NO_SUCH_AUDIT', 'no audit with that id is open (never drawn, answered already, or past its deadline)');
+    if (audit.miner_id !== minerId) throw new AuditError('NOT_YOUR_AUDIT', 'this audit was drawn for another miner');
+    if (bytes.length > MAX_RECORD_BYTES) throw new AuditError('TOO_LARGE', `a record of at most ${MAX_RECORD_BYTES} bytes`);
+    let record: RoundRecord;
+    try {
+      record = decodeRecord(bytes);
+    } catch (e) {
+      if (e instanceof RecordError) throw new AuditError('BAD_RECORD', e.message);
+      throw e;
+    }
+    if (record.runId !== this.c.runId || record.minerId !== minerId || record.stage !== audit.stage || record.round !== audit.round) {
+      throw new AuditError('WRONG_RECORD', `the audit is of stage ${audit.stage}, round ${audit.round}: this record is of run ${record.runId}, stage ${record.stage}, round ${record.round}`);
+    }
+    // Taken: nobody answers twice, whatever the replay says.
+    const [taken] = await this.c.db.query(`UPDATE audits SET status = 'replaying' WHERE id = $1 AND status = 'open' RETURNING id`, [auditId]);
+    if (!taken) throw new AuditError('NO_SUCH_AUDIT', 'answered already');
+    void this.replay(auditId, audit.stage, audit.round, minerId, record, bytes).catch((e: unknown) => this.c.log.error({ err: e, auditId }, 'audit failed to run'));
+  }
+
+  private async replay(auditId: string, stage: number, round: number, minerId: string, record: RoundRecord, bytes: Uint8Array): Promise<void> {
+    const c = this.c;
+    const [end] = await c.db.query<{ weights_hash: string; optimizer_hash: string; ready_at: Date; outer_root: string | null; average_root: string | null }>(
+      'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
+      [c.runId, stage, round, minerId],
+    );
+    const [start] = record.anchorRound > 0
+      ? await c.db.query<{ optimizer_hash: string }>('SELECT optimizer_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4', [c.runId, stage, record.anchorRound, minerId])
+      : [];
+    // The round began when the miner's report of the anchor's merge arrived (its sends of the round come after it on the same socket); a stage taken up afresh, at its previous commitment.
+    const [anchor] = await c.db.query<{ at: string | null }>(`SELECT merged_at ->> $4 AS at FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [c.runId, stage, record.anchorRound, minerId]);
+    const [previous] = await c.db.query<{ at: Date | null }>('SELECT max(ready_at) AS at FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round < $3 AND miner_id = $4', [c.runId, stage, round, minerId]);
+    // A round begun by taking the stage up: from when it was given the stage, after a grace for its previous
+    // stage's sends still arriving (a miner moved mid-round sent them as another stage).
+    const [given] = await c.db.query<{ at: Date }>(`SELECT stage_since + make_interval(secs => $3) AS at FROM miners WHERE id = $1 AND run_id = $2`, [minerId, c.runId, STAGE_TAKEN_GRACE_MS / 1000]);
+    const from = anchor?.at ?? previous?.at ?? given?.at ?? new Date(0);
+    // Where the window of "sent in the round" came from, kept with the verdict (evidence for an AUDIT_INCOMPLETE).
+    const window = { anchorRound: record.anchorRound, from: String(from instanceof Date ? from.toISOString() : from), by: anchor?.at ? 'anchor-merged' : previous?.at ? 'previous-ready' : given?.at ? 'stage-given' : 'none', to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
+    let startWeights: Uint8Array | undefined;
+    if (record.anchorRound > 0) {
+      // The weights a round starts from are the anchor merge's agreed ones, or the ones this miner reported
+      // for it (its merge ended elsewhere): both known before the audit was drawn. Anything else is a lie.
+      const [anchored] = await c.db.query<{ agreed: string | null; reported: string | null }>(
+        'SELECT merged_hash AS agreed, merged_hashes ->> $4 AS reported FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3',
+        [c.runId, stage, record.anchorRound, minerId],
+      );
+      if (record.anchorHash !== anchored?.agreed && record.anchorHash !== anchored?.reported) {
+        const detail = { anchorRound: record.anchorRound, anchorHash: record.anchorHash, agreed: anchored?.agreed ?? null, reported: anchored?.reported ?? null };
+        if (!anchored?.reported) {
+          // Its report of that merge never arrived: its weights then are unknown, and an honest miner's report can be lost.
+          await this.finish(auditId, 'skipped', 'START_UNCOMMITTED', detail, 0);
+          this.stats.skipped++;
+          return;
+        }
+        await this.finish(auditId, 'failed', 'AUDIT_START_MISMATCH', detail, 0);
+        this.stats.failed++;
+        await c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: AUDIT_START_MISMATCH: it starts from weights that are neither round ${record.anchorRound}'s nor the ones it reported`, { auditId, stage, round, ...detail });
+        return;
+      }
+      // The record carries them (checked against anchorHash in the replay); else the stage's checkpoint of that round.
+      if (!record.anchorWeights) {
+        const [checkpoint] = await c.db.query<{ data: Uint8Array }>('SELECT data FROM checkpoints WHERE run_id = $1 AND stage = $2 AND epoch = $3 AND hash = $4 AND data IS NOT NULL', [c.runId, stage, record.anchorRound, record.anchorHash]);
+        if (!checkpoint) {
+          // Only the round's merged weights are kept as checkpoints, a few rounds deep: without them there is nothing to replay from.
+          await this.finish(auditId, 'skipped', 'NO_CHECKPOINT', { anchorRound: record.anchorRound, anchorHash: record.anchorHash }, 0);
+          this.stats.skipped++;
+          return;
+        }
+        startWeights = new Uint8Array(checkpoint.data);
+      }
+    }
+    // Receipts of the microbatches the miner handled in the round (its own receipt in the round) and of those its
+    // record names (a gradient of a forward from before the round), from both ends: its record must match them
+    // byte for byte (its own receipt first), and hold every send it confirmed in the round (`inRound`). Whether
+    // both ends agree decides what is paid, not what the miner computed.
+    const transfers = await c.db.query<{ direction: 'activation' | 'gradient'; activation_id: string; from_miner: string; to_miner: string; payload_hash: string; reporter: string; in_round: boolean }>(
+      `WITH mine AS (
+         SELECT DISTINCT activation_id FROM receipts
+         WHERE run_id = $1 AND reporter = $2 AND created_at > $3::timestamptz AND created_at <= $4::timestamptz
+         UNION SELECT unnest($5::text[]))
+       SELECT r.direction, r.activation_id, r.from_miner, r.to_miner, r.payload_hash, r.reporter,
+              (r.reporter = $2 AND r.created_at > $3::timestamptz AND r.created_at <= $4::timestamptz) AS in_round
+       FROM receipts r JOIN mine USING (activation_id)
+       WHERE r.run_id = $1 AND (r.from_miner = $2 OR r.to_miner = $2)`,
+      [c.runId, minerId, from, end?.ready_at ?? new Date(), [...new Set(record.ops.map((o) => o.activationId))]],
+    );
+    const ids = [...new Set(record.ops.map((o) => o.activationId))];
+    const losses = ids.length
+      ? await c.db.query<{ activation_id: string; value: number }>(`SELECT activation_id, value FROM metrics WHERE run_id = $1 AND name = 'train_loss' AND activation_id = ANY($2::text[])`, [c.runId, ids])
+      : [];
+    // The merge the round ended in, and what the owners of the miner's partitions received from it.
+    const [merge] = await c.db.query<{ mode: 'outer' | 'average' | null; participants: string[] | string | null; seed: number | null }>(
+      'SELECT mode, participants, seed FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3',
+      [c.runId, stage, round],
+    );
+    const participants = merge?.participants ? ((typeof merge.participants === 'string' ? JSON.parse(merge.participants) : merge.participants) as string[]) : [];
+    const received = await c.db.query<{ partition: number; owner: string; hash: string }>(
+      'SELECT partition, owner, hash FROM contribution_receipts WHERE run_id = $1 AND stage = $2 AND round = $3 AND sender = $4',
+      [c.runId, stage, round, minerId],
+    );
+    const committed = merge?.mode === 'outer' ? end?.outer_root : merge?.mode === 'average' ? end?.average_root : null;
+    const job: AuditJob = {
+      ...(merge?.mode && merge.seed !== null && participants.length >= 2
+        ? { merge: { mode: merge.mode, seed: merge.seed, participants, precision: c.run.merge.precision, received, ...(committed ? { committed } : {}) } }
+        : {}),
+      record: bytes,
+      ...(startWeights ? { startWeights } : {}),
+      startStateHash: start?.optimizer_hash ?? null,
+      endWeightsHash: end?.weights_hash ?? '',
+      endStateHash: end?.optimizer_hash ?? '',
+      transfers: transfers.map((t) => ({ direction: t.direction, activationId: t.activation_id, from: t.from_miner, to: t.to_miner, payloadHash: t.payload_hash, reporter: t.reporter, inRound: t.in_round })),
+      reportedLosses: losses.map((l) => [l.activation_id, l.value]),
+    };
+    let verdict: AuditVerdict;
+    try {
+      verdict = await this.validator.request<AuditVerdict>({ kind: 'audit', audit: job });
+    } catch (e) {
+      // The validator's own failure (died, timed out) is not the miner's: the audit is skipped, saying why.
+      await this.finish(auditId, 'skipped', 'VALIDATOR', { error: (e as Error).message }, 0);
+      this.stats.skipped++;
+      return;
+    }
+    this.stats.validatorMs += verdict.ms;
+    this.stats.replayedOps += verdict.ops;
+    if (verdict.passed) {
+      await this.finish(auditId, 'passed', null, { ops: verdict.ops, steps: verdict.steps }, verdict.ms);
+      this.stats.passed++;
+      return;
+    }
+    await this.finish(auditId, 'failed', verdict.reason ?? 'AUDIT_FAILED', { ...verdict, window }, verdict.ms);
+    this.stats.failed++;
+    await c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: ${verdict.reason}: ${verdict.detail ?? ''}`.trim(), { auditId, stage, round, ...verdict, window });
+  }
+
+  private async finish(auditId: string, status: string, reason: string | null, detail: object, ms: number): Promise<void> {
+    await this.c.db.query(`UPDATE audits SET status = $2, reason = $3, detail = $4, validator_ms = $5, finished_at = now() WHERE id = $1`, [auditId, status, reason, JSON.stringify(detail), Math.round(ms)]);
+  }
+
+  /** Audits past their deadline: unanswered by a miner still here flags it; one that left is not blamed. */
+  async tick(): Promise<void> {
+    if (this.busy) return;
+    this.busy = true;
+    try {
+      // Asked again every RESEND_MS while open: a request can be lost with a socket that was reconnecting.
+      const open = await this.c.db.query<{ id: string; miner_id: string; stage: number; round: number; left_ms: number }>(
+        `SELECT id, miner_id, stage, round, (extract(epoch FROM deadline - now()) * 1000)::int AS left_ms FROM audits WHERE run_id = $1 AND status = 'open'`,
+        [this.c.runId],
+      );
+      for (const a of open) {
+        if (Date.now() - (this.sentAt.get(a.id) ?? 0) < AUDIT_RESEND_MS || a.left_ms <= 0) continue;
+        this.c.sockets.get(a.miner_id)?.emit('audit', { v: PROTOCOL_VERSION, auditId: a.id, stage: a.stage, round: a.round, deadlineMs: a.left_ms });
+        this.sentAt.set(a.id, Date.now());
+      }
+      for (const id of [...this.sentAt.keys()]) if (!open.some((a) => a.id === id)) this.sentAt.delete(id);
+      // A replay that never came back (this process lost track of it) would hold settlement forever: skipped, saying so.
+      const stuck = await this.c.db.query<{ id: string }>(
+        `UPDATE audits SET status = 'skipped', reason = 'VALIDATOR', detail = '{"error":"the replay never finished"}', finished_at = now()
+         WHERE run_id = $1 AND status = 'replaying' AND deadline < now() - make_interval(secs => $2) RETURNING id`,
+        [this.c.runId, AUDIT_REPLAY_LIMIT_MS / 1000],
+      );
+      this.stats.skipped += stuck.length;
+      const due = await this.c.db.query<{ id: string; miner_id: string; stage: number; round: number }>(
+        `UPDATE audits SET status = 'expired' WHERE run_id = $1 AND status = 'open' AND deadline < now() RETURNING id, miner_id, stage, round`,
+        [this.c.runId],
+      );
+      for (const a of due) {
+        const [row] = await this.c.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [a.miner_id, this.c.runId]);
+        if (row?.status !== 'active' || !this.c.sockets.has(a.miner_id)) {
+          await this.finish(a.id, 'abandoned', 'MINER_LEFT', {}, 0);
+          continue;
+        }
+        await this.finish(a.id, 'unanswered', 'AUDIT_UNANSWERED', {}, 0);
+        this.stats.unanswered++;
+        await this.c.flags.raise(a.miner_id, 'AUDIT_UNANSWERED', `did not upload the record of its round ${a.round} on stage ${a.stage + 1} within the audit's deadline`, { auditId: a.id, stage: a.stage, round: a.round });
+      }
+    } finally {
+      this.busy = false;
+    }
+  }
+}
