@@ -6,7 +6,8 @@
  * 12 honest miners and one of each cheat over 3 stages of `tiny`, in three
  * miner processes over WebRTC, the coordinator with PGlite here and the
  * validator in its own process, audits drawn at AUDIT_RATE; epochs of
- * EPOCH_MS settled SETTLE_AFTER_MS after they end. RUNS runs with different
+ * EPOCH_MS settled SETTLE_AFTER_MS after the next one ends (earnings held for a
+ * window of two epochs) once its rounds' audits are done. RUNS runs with different
  * run seeds (weights, data windows). Per cheat and run: flagged for the
  * expected reason, the epoch it was flagged in (1 = the first), and what it
  * earned over the run against the average honest miner. False positives:
@@ -27,6 +28,8 @@ const EPOCH_MS = 60_000;
 const SETTLE_AFTER_MS = 45_000;
 const EPOCHS = 3;
 const AUDIT_RATE = 0.5;
+/** A window of two epochs: each epoch's earnings wait for the audits of the epoch after it (run-config.ts, holdEpochs). */
+const HOLD_EPOCHS = 1;
 const RUNS = Number(process.env.RUNS ?? 3);
 const backend = await initNodeBackend();
 
@@ -52,7 +55,7 @@ async function run(seed: number): Promise<RunResult> {
     seed,
     training: { batchSize: 8, peakLr: 0.006, warmupSteps: 10, totalSteps: 600 },
     merge: { every: 16, maxTrainingMs: 20_000, readyMs: 10_000, senderMs: 10_000, reducerMs: 5_000, roundMs: 30_000 },
-    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: '1000000000', spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, auditRate: AUDIT_RATE, auditTimeoutMs: 40_000 },
+    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: '1000000000', spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, holdEpochs: HOLD_EPOCHS, auditRate: AUDIT_RATE, auditTimeoutMs: 40_000 },
   });
   const swarm = new MinerSwarm();
   const started = Date.now();
@@ -67,7 +70,7 @@ async function run(seed: number): Promise<RunResult> {
     await new Promise((r) => setTimeout(r, 10_000));
     console.log(`audit seed ${seed}: ${Math.round((Date.now() - started) / 1000)} s, rounds ${JSON.stringify(app.coordinator.phases.status().map((s) => s.round))}, audits ${JSON.stringify(app.validator.audits.stats)}`);
     // Settlement waits for the audits of every round with work in an epoch (server/src/validator/settlement.ts).
-    if (Date.now() - started > (EPOCHS + 8) * EPOCH_MS + SETTLE_AFTER_MS) throw new Error('epochs were not settled in time');
+    if (Date.now() - started > (EPOCHS + HOLD_EPOCHS + 8) * EPOCH_MS + SETTLE_AFTER_MS) throw new Error('epochs were not settled in time');
   }
   const stats = await swarm.stats();
   const flags = await app.db.query<{ miner_id: string; kind: string; reason: string; created_at: Date }>('SELECT miner_id, kind, reason, created_at FROM flags ORDER BY id');
@@ -148,6 +151,7 @@ finish('audit', {
   maxEpochsToDetect: Math.max(...all.map((d) => d.epochsToDetect ?? Infinity)),
   maxCheaterEarningsRatio: Math.max(...all.map((d) => d.earningsRatio)),
   auditRate: AUDIT_RATE,
+  holdEpochs: HOLD_EPOCHS,
   validatorSecondsPerAuditedRound: +validatorSecondsPerAuditedRound.toFixed(3),
   minerSecondsPerRound: +minerSecondsPerRound.toFixed(3),
   roundSeconds: +roundSeconds.toFixed(1),

@@ -119,6 +119,14 @@ describe('the Rewards page in Chromium', () => {
       .poll(async () => BigInt((await units(tab, 'claimable')) || '0'), { timeout: 4 * 60_000, interval: 2000 })
       .toBeGreaterThan(0n);
     console.log(`e2e: first payout to the wallet ${Math.round((Date.now() - started) / 1000)} s after the link`);
+    // The page says which epoch settles next, and that earnings wait for the audits of the epochs after it.
+    const hold = app.coordinator.run.incentives.holdEpochs;
+    expect(hold).toBeGreaterThan(0);
+    const next = tab.getByTestId('next-settlement');
+    await expect
+      .poll(async () => Number(await next.getAttribute('data-epoch')) === (await api<{ nextSettlement: { epoch: number } }>('/api/epochs')).nextSettlement.epoch, { timeout: 20_000, interval: 1000 })
+      .toBe(true);
+    expect(await next.textContent()).toContain(`wait for the audits of the ${hold} epochs after it`);
 
     // Meanwhile a viewer with no wallet and no miner watches the same run on the Dashboard (one swarm for both pages' tests).
     await checkDashboard(browser.context, url, 2);
@@ -131,7 +139,8 @@ describe('the Rewards page in Chromium', () => {
     const { current } = await api<{ current: { epoch: number } }>('/api/epochs');
     await expect
       .poll(async () => (await api<{ epochs: Array<{ epoch: number }> }>('/api/epochs')).epochs.some((e) => e.epoch >= current.epoch), {
-        timeout: EPOCH_MS + SETTLE_AFTER_MS + 60_000,
+        // Each epoch waits for its window: itself and the holdEpochs after it (run-config.ts).
+        timeout: (1 + app.coordinator.run.incentives.holdEpochs) * EPOCH_MS + SETTLE_AFTER_MS + 60_000,
         interval: 2000,
       })
       .toBe(true);

@@ -106,7 +106,18 @@ describe('Train at Home in Chromium tabs', () => {
       return ['1 of 2', '2 of 2'].map((st) => views.filter((v) => v.stage === st).reduce((n, v) => n + v.microbatches, 0));
     };
     const before = await perStage();
-    await expect.poll(perStage, { timeout: 120_000, interval: 2000 }).toSatisfy((now: number[]) => now.every((n, i) => n > before[i]! + 2));
+    await expect
+      .poll(perStage, { timeout: 120_000, interval: 2000 })
+      .toSatisfy((now: number[]) => now.every((n, i) => n > before[i]! + 2))
+      .catch(async (e: unknown) => {
+        // What each remaining tab and the coordinator were doing, for a failure's log.
+        for (const [i, tab] of tabs.entries()) {
+          const why = (await tab.getByTestId('why').count()) ? await tab.getByTestId('why').first().textContent() : '';
+          console.log(`e2e: stalled tab ${i}: ${JSON.stringify(await tabView(tab))} why=${why}; ${(await tab.locator('.log').textContent())?.slice(-800)}`);
+        }
+        console.log(`e2e: phases ${JSON.stringify(app.coordinator.phases.status())}; stage map ${JSON.stringify(await app.coordinator.stageMap())}`);
+        throw e;
+      });
     expect(await losses()).toBeGreaterThan(lossesBefore + 2);
 
     const newcomer = await openTab(browsers[1]!.context, url);

@@ -2,6 +2,7 @@ import { PROTOCOL_VERSION, type MergeGo } from '@train-at-home/protocol';
 import type { Socket } from 'socket.io';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STALL_MS, STALL_TRUST_AFTER_MS, buildApp, type App } from './app';
+import { UNTRUSTED_GRACE_MS } from './phases';
 import { testDatabase } from './db/test-database';
 
 /**
@@ -50,5 +51,27 @@ describe('merge deadlines', () => {
     // B never answers: once the stall's messages have had their time, its round goes on without it.
     await expect.poll(() => first(B, 'merge-go'), { timeout: STALL_TRUST_AFTER_MS + 10_000, interval: 50 }).toBeTruthy();
     expect((first(B, 'merge-go')!.msg as MergeGo).participants).toEqual([]);
+  });
+
+  it('end a phase UNTRUSTED_GRACE_MS after its deadline even while the coordinator keeps stalling: a replica that left cannot hold it open', async () => {
+    // New verified work for both, so each stage's next merge is due; B never answers it.
+    const runId = app.coordinator.runId;
+    const merges = (miner: string) => heard.filter((h) => h.miner === miner && h.event === 'merge').length;
+    const gos = (miner: string) => heard.filter((h) => h.miner === miner && h.event === 'merge-go');
+    const [mergesBefore, gosBefore] = [merges(B), gos(B).length];
+    for (const reporter of [A, B]) {
+      await app.db.query(`INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash) VALUES ($1, 0, 'x2', 'activation', $2, $3, $4, 100, 'h')`, [runId, A, B, reporter]);
+    }
+    await expect.poll(() => merges(B), { timeout: 10_000, interval: 20 }).toBeGreaterThan(mergesBefore);
+    const called = performance.now();
+    // The process stalls for longer than STALL_MS again and again: its timers are never trusted in that time.
+    while (gos(B).length === gosBefore && performance.now() - called < READY_MS + UNTRUSTED_GRACE_MS + 10_000) {
+      const until = performance.now() + STALL_MS + 1200;
+      while (performance.now() < until);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(gos(B).length).toBeGreaterThan(gosBefore);
+    expect((gos(B).at(-1)!.msg as MergeGo).participants).toEqual([]);
+    expect(performance.now() - called).toBeGreaterThan(READY_MS + UNTRUSTED_GRACE_MS - 5_000);
   });
 });

@@ -39,6 +39,8 @@ interface StageState {
  */
 /** How long a closed round's checkpoint may take to come in before another replica with the same weights is asked for it. */
 export const CHECKPOINT_WAIT_MS = 5_000;
+/** A phase's deadline ends it this long after it passed even while the process distrusts its own timers (app.ts, STALL_MS). */
+export const UNTRUSTED_GRACE_MS = 30_000;
 
 export class PhaseMachine {
   private readonly stages: StageState[];
@@ -86,6 +88,9 @@ export class PhaseMachine {
     s.busy = true;
     try {
       const now = Date.now();
+      // A deadline counts once this process trusts its timers again, or UNTRUSTED_GRACE_MS after it in any case: under
+      // a process that keeps stalling, a replica that left would otherwise hold its stage's phase open for ever.
+      const passed = (deadline: number): boolean => (deadlinesTrusted && now > deadline) || now > deadline + UNTRUSTED_GRACE_MS;
       await this.awaitCheckpoint(stage, now);
       if (s.phase === 'training') {
         const work = await this.verifiedWork(stage, s.since, new Date());
@@ -94,9 +99,9 @@ export class PhaseMachine {
         const m = this.c.run.merge;
         const due = ids.every((id) => work[id]! >= m.every) || (now - s.since.getTime() > m.maxTrainingMs && ids.some((id) => work[id]! > 0));
         if (due) await this.startMerge(stage, s, ids);
-      } else if (!s.go && ((deadlinesTrusted && now > s.readyDeadline) || s.ready.size === s.members.length)) {
+      } else if (!s.go && (passed(s.readyDeadline) || s.ready.size === s.members.length)) {
         await this.go(stage, s);
-      } else if (s.go && ((deadlinesTrusted && now > s.roundDeadline) || s.merged.size === s.go.participants.length)) {
+      } else if (s.go && (passed(s.roundDeadline) || s.merged.size === s.go.participants.length)) {
         await this.finish(stage, s);
       }
     } finally {

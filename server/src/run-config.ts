@@ -27,6 +27,13 @@ export interface IncentiveSettings {
   emissionPerEpoch: string;
   /** Epochs of evidence (CLASP observations, spot checks, flags) behind each epoch's quality. */
   windowEpochs: number;
+  /**
+   * Earnings are held for a window: epoch e is settled only once the audits of every round through
+   * epoch e + holdEpochs are done (and settleAfterMs has passed since that epoch ended). A miner whose
+   * audit fails is flagged, and a flag zeroes every epoch not yet settled: a cheat caught in any round
+   * of epochs e … e + holdEpochs forfeits epoch e with the rest of its window.
+   */
+  holdEpochs: number;
   /** Share of completed microbatches the validator samples for replay (those some miner processed right after a merge are replayed). */
   spotCheckRate: number;
   /** A miner has this long to upload a payload the validator asked for. */
@@ -79,6 +86,8 @@ export const DEFAULT_INCENTIVES: IncentiveSettings = {
   // 1 token of 10^9 base units per epoch (Bittensor's rao are 10^-9 TAO).
   emissionPerEpoch: '1000000000',
   windowEpochs: 3,
+  // A window of three epochs: an epoch's earnings wait for the audits of the two after it.
+  holdEpochs: 2,
   spotCheckRate: 0.25,
   probeTimeoutMs: 10_000,
   auditRate: 0.2,
@@ -89,11 +98,12 @@ export const DEFAULT_INCENTIVES: IncentiveSettings = {
 
 /**
  * Emission epochs of a run on one's own machine (`npm start`, local miners on): two minutes,
- * settled a minute after each ends, so a newcomer sees scores, a settled epoch and a claimable
- * balance within the first few minutes instead of after an hour. Hosted coordinators
- * (`--local-miners 0`) keep DEFAULT_INCENTIVES; a stored run keeps the settings it started with.
+ * settled a minute after each ends once its own rounds' audits are done (no epochs held after it),
+ * so a newcomer sees scores, a settled epoch and a claimable balance within the first few minutes
+ * instead of hours. Hosted coordinators (`--local-miners 0`) keep DEFAULT_INCENTIVES, which hold
+ * each epoch's earnings for its window's audits; a stored run keeps the settings it started with.
  */
-export const LOCAL_INCENTIVES: Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs'> = { epochMs: 120_000, settleAfterMs: 60_000 };
+export const LOCAL_INCENTIVES: Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs' | 'holdEpochs'> = { epochMs: 120_000, settleAfterMs: 60_000, holdEpochs: 0 };
 
 export const DEFAULT_MERGE: MergeSettings = {
   every: 10,

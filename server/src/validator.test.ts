@@ -99,6 +99,41 @@ describe('the validator process', () => {
     expect(await snapshot()).toBe(before);
   });
 
+  it('holds an epoch for its window: a miner flagged after the epoch ended, before its window did, earns nothing in it', async () => {
+    const EPOCH = 6_000;
+    const SETTLE = 1_000;
+    ({ app } = await listeningCoordinator({
+      name: 'settle-hold',
+      preset: 'tiny',
+      stages: 3,
+      bottleneck: 32,
+      incentives: { epochMs: EPOCH, settleAfterMs: SETTLE, holdEpochs: 1, emissionPerEpoch: EMISSION.toString() },
+    }));
+    const start = await app.validator.settler.start();
+    const [a, b, c, d, e, f] = ids(6);
+    await seedWork(app, [[a!, c!, e!], [b!, d!, f!], [a!, d!, f!], [b!, c!, e!]], 12);
+    // The work fell in epoch 0, and the epoch says when it may settle: after epoch 1 (its window) ended, and SETTLE more.
+    expect(Date.now()).toBeLessThan(start + EPOCH);
+    const listed = (await app.fastify.inject({ method: 'GET', url: '/api/epochs' })).json();
+    expect(listed).toMatchObject({ holdEpochs: 1, settleAfterMs: SETTLE, nextSettlement: { epoch: 0, notBefore: new Date(start + 2 * EPOCH + SETTLE).toISOString() } });
+    // Past the time it would settle without a window (its end and SETTLE), it is still open…
+    await new Promise((r) => setTimeout(r, start + EPOCH + SETTLE + 2_000 - Date.now()));
+    expect(await app.db.query('SELECT epoch FROM settlements')).toEqual([]);
+    // …so a miner caught now, in epoch 1 (an audit of one of its rounds failed), forfeits epoch 0 too.
+    expect(Date.now()).toBeLessThan(start + 2 * EPOCH);
+    await app.coordinator.flags.raise(a!, 'AUDIT_FAILED', 'a round of epoch 1 did not replay (test)', { round: 1 });
+    // (The validator process scores it: on two busy cores its start alone can take tens of seconds.)
+    await expect
+      .poll(async () => (await app!.db.query('SELECT epoch FROM settlements WHERE epoch = 0')).length, { timeout: 90_000, interval: 250 })
+      .toBe(1);
+    const [settled] = await app.db.query<{ settled_at: Date }>('SELECT settled_at FROM settlements WHERE epoch = 0');
+    expect(settled!.settled_at.getTime()).toBeGreaterThanOrEqual(start + 2 * EPOCH + SETTLE);
+    const epoch0 = (await app.fastify.inject({ method: 'GET', url: '/api/epochs/0' })).json();
+    expect(epoch0.scores.find((s: { miner: string }) => s.miner === a)).toMatchObject({ flagged: true, score: 0 });
+    expect(epoch0.payouts.flatMap((p: { miners: string[] }) => p.miners).sort()).toEqual([b, c, d, e, f].sort());
+    expect(epoch0.payouts.reduce((n: bigint, p: { amount: string }) => n + BigInt(p.amount), 0n)).toBe(EMISSION);
+  });
+
   it('refuses malformed and non-finite losses, reports of microbatches that never existed, and probe replies for probes never sent, by name; none reach the ledger', async () => {
     ({ app } = await listeningCoordinator({ name: 'validator-input', preset: 'tiny', stages: 3, bottleneck: 32 }));
     const url = `http://127.0.0.1:${(app.fastify.server.address() as { port: number }).port}`;

@@ -25,7 +25,8 @@ function epochParam(raw: unknown): number {
  */
 export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> = async (app, { coordinator }) => {
   const { db, runId } = coordinator;
-  const { epochMs, emissionPerEpoch, windowEpochs } = coordinator.run.incentives;
+  const { epochMs, emissionPerEpoch, windowEpochs, settleAfterMs } = coordinator.run.incentives;
+  const holdEpochs = coordinator.run.incentives.holdEpochs ?? 0;
   const startMs = await runStartMs(db, runId);
 
   answerBadRequests(app);
@@ -61,9 +62,17 @@ export const incentiveRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> =
     );
     const { rows: epochs, more } = page(rows, n);
     const current = epochWindow(startMs, epochMs, epochAt(startMs, epochMs, Date.now()));
+    // Epochs settle in order: the next is the one after the latest settled. It waits for its window (itself and the
+    // holdEpochs after it) to end, settleAfterMs more, and the audits of the window's rounds (not before notBefore).
+    const [latest] = await db.query<{ epoch: number | null }>('SELECT max(epoch) AS epoch FROM settlements WHERE run_id = $1', [runId]);
+    const next = latest?.epoch === null || latest?.epoch === undefined ? 0 : Number(latest.epoch) + 1;
+    const notBefore = new Date(epochWindow(startMs, epochMs, Math.min(MAX_EPOCH, next + holdEpochs)).endsAt.getTime() + settleAfterMs);
     return {
       current: { epoch: current.epoch, startsAt: current.startsAt.toISOString(), endsAt: current.endsAt.toISOString() },
       epochMs,
+      holdEpochs,
+      settleAfterMs,
+      nextSettlement: { epoch: next, notBefore: notBefore.toISOString() },
       emissionPerEpoch,
       epochs: epochs.map((r) => ({ ...settlementJson(r), payoutCount: Number(r.payout_count) })),
       nextBefore: more ? Number(epochs[epochs.length - 1]!.epoch) : null,

@@ -10,7 +10,8 @@ import type { ScoreJob, ScoreResult } from './scoring';
 const EPOCHS_PER_TICK = 4;
 
 /**
- * The emission clock: once an epoch has ended, its evidence is gathered
+ * The emission clock: once an epoch's window has ended (the epoch and the
+ * `holdEpochs` after it) and the audits of its rounds are done, its evidence is gathered
  * (verified work of the epoch; CLASP's pathways, spot checks and flags over
  * the rolling window), scored by the validator process, CLASP's harmful
  * miners are flagged, and the epoch is settled in one transaction
@@ -50,14 +51,18 @@ export class Settler {
       const current = epochAt(await this.start(), inc.epochMs, Date.now() - inc.settleAfterMs);
       const settled = new Set(await settledEpochs(this.c.db, this.c.runId));
       let done = 0;
-      for (let e = 0; e < current && done < EPOCHS_PER_TICK; e++) {
+      // A window's earnings wait for its audits: epoch e waits for those of every round through epoch e + hold.
+      const hold = inc.holdEpochs ?? 0;
+      for (let e = 0; e + hold < current && done < EPOCHS_PER_TICK; e++) {
         if (settled.has(e)) continue;
-        // A window's earnings wait for its audits: an epoch is not settled while an audit drawn before it was due, or
-        // drawn from a round with work in it (begun before its end), is still running (each is bounded by
-        // auditTimeoutMs and its replay), so a failed audit's flag lands first. A round begun before the epoch's end
-        // is drawn only when it closes (a cheat caught in the round that straddles the end was paid for the epoch
-        // before): the epoch waits for that too, at most ROUND_HOLD past its due time (a stage nobody trains never closes its round).
-        const { startsAt, endsAt } = epochWindow(await this.start(), inc.epochMs, e);
+        // An epoch is not settled while an audit drawn before its window's last epoch was due, or drawn from a
+        // round with work in its window (begun before the window's end), is still running (each is bounded by
+        // auditTimeoutMs and its replay), so a failed audit's flag lands first and zeroes the epoch. A round begun
+        // before the window's end is drawn only when it closes (a cheat caught in the round that straddles the end
+        // would otherwise be paid for the epoch): the epoch waits for that too, at most holdMs past its due time (a
+        // stage nobody trains never closes its round).
+        const { startsAt } = epochWindow(await this.start(), inc.epochMs, e);
+        const { endsAt } = epochWindow(await this.start(), inc.epochMs, e + hold);
         const due = new Date(endsAt.getTime() + inc.settleAfterMs);
         const m = this.c.run.merge;
         // A round with work lasts at most about this long; one begun earlier and still open is a stage nobody trains.

@@ -6,7 +6,7 @@ import { useTabContext } from '../tab/TabContext';
 import type { Tab } from '../tab/useTab';
 import { parseRewardsMessage } from '@train-at-home/protocol';
 import { claimRewards, linkPayout, type ClaimReceipt } from '@train-at-home/swarm';
-import { describeError, rewardsApi, type Rewards } from './api';
+import { describeError, rewardsApi, type Rewards, type Schedule } from './api';
 import { connectWallet, signWithWallet, type WalletAccount, type WalletConnection } from './wallet';
 
 /** localStorage: the wallet was connected once (connect again on load), and the account last chosen. */
@@ -30,15 +30,15 @@ function Amount({ units, testId, unit = true }: { units: string; testId?: string
 }
 
 /** The address's balance and past claims, read now and every POLL_MS. */
-function useRewards(address: string | undefined): { rewards?: Rewards; claims: ClaimReceipt[]; error?: string; refresh(): Promise<void> } {
-  const [state, setState] = useState<{ rewards?: Rewards; claims: ClaimReceipt[]; error?: string }>({ claims: [] });
+function useRewards(address: string | undefined): { rewards?: Rewards; claims: ClaimReceipt[]; schedule?: Schedule; error?: string; refresh(): Promise<void> } {
+  const [state, setState] = useState<{ rewards?: Rewards; claims: ClaimReceipt[]; schedule?: Schedule; error?: string }>({ claims: [] });
   const current = useRef(address);
   current.current = address;
   const refresh = useCallback(async () => {
     if (!address) return;
     try {
-      const [rewards, { claims }] = await Promise.all([rewardsApi.rewards(address), rewardsApi.claims(address)]);
-      if (current.current === address) setState({ rewards, claims });
+      const [rewards, { claims }, schedule] = await Promise.all([rewardsApi.rewards(address), rewardsApi.claims(address), rewardsApi.schedule()]);
+      if (current.current === address) setState({ rewards, claims, schedule });
     } catch (e) {
       if (current.current === address) setState((s) => ({ ...s, error: `Could not read the balance: ${describeError(e)}` }));
     }
@@ -213,7 +213,7 @@ function LinkCard({ tab, account, rewards, onLinked }: { tab: Tab; account?: Wal
   );
 }
 
-function BalanceCard({ account, rewards, claims, onClaimed }: { account: WalletAccount; rewards?: Rewards; claims: ClaimReceipt[]; onClaimed(): Promise<void> }) {
+function BalanceCard({ account, rewards, claims, schedule, onClaimed }: { account: WalletAccount; rewards?: Rewards; claims: ClaimReceipt[]; schedule?: Schedule; onClaimed(): Promise<void> }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string>();
   const [receipt, setReceipt] = useState<ClaimReceipt>();
@@ -278,7 +278,7 @@ function BalanceCard({ account, rewards, claims, onClaimed }: { account: WalletA
             </dl>
             {rewards.epochs.length === 0 ? (
               <p className="hint" data-testid="no-epochs">
-                Nothing settled to this address yet. An epoch is settled a little after it ends; this page checks every few seconds.
+                Nothing settled to this address yet. An epoch is settled once the audits of its rounds are done; this page checks every few seconds.
               </p>
             ) : (
               <div className="scroll">
@@ -318,6 +318,14 @@ function BalanceCard({ account, rewards, claims, onClaimed }: { account: WalletA
                   </tbody>
                 </table>
               </div>
+            )}
+            {schedule && (
+              <p className="hint" data-testid="next-settlement" data-epoch={schedule.nextSettlement.epoch}>
+                Next to settle: epoch {schedule.nextSettlement.epoch}, not before {new Date(schedule.nextSettlement.notBefore).toLocaleString()}.{' '}
+                {schedule.holdEpochs > 0
+                  ? `Each epoch's earnings wait for the audits of the ${schedule.holdEpochs === 1 ? 'epoch' : `${schedule.holdEpochs} epochs`} after it: a miner caught cheating in that time earns nothing for it.`
+                  : "Each epoch's earnings wait for the audits of its own rounds."}
+              </p>
             )}
             {unverified.length > 0 && (
               <p className="error" data-testid="proof-warning">
@@ -387,7 +395,7 @@ export function RewardsPage() {
   const [address, setAddress] = useState<string | undefined>(() => localStorage.getItem(ACCOUNT_KEY) ?? undefined);
   const accounts = connection?.kind === 'connected' ? connection.accounts : [];
   const account = accounts.find((a) => a.address === address) ?? (accounts.length === 1 ? accounts[0] : undefined);
-  const { rewards, claims, error, refresh } = useRewards(account?.address);
+  const { rewards, claims, schedule, error, refresh } = useRewards(account?.address);
 
   const connect = useCallback(async () => {
     setConnecting(true);
@@ -418,7 +426,7 @@ export function RewardsPage() {
       </p>
       <WalletCard connection={connection} connecting={connecting} account={account} onConnect={() => void connect()} onChoose={choose} />
       <LinkCard tab={tab} account={account} rewards={rewards} onLinked={refresh} />
-      {account && <BalanceCard key={account.address} account={account} rewards={rewards} claims={claims} onClaimed={refresh} />}
+      {account && <BalanceCard key={account.address} account={account} rewards={rewards} claims={claims} schedule={schedule} onClaimed={refresh} />}
       {error && (
         <p className="error" data-testid="rewards-error">
           {error}

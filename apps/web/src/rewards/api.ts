@@ -26,6 +26,14 @@ export interface Rewards {
   epochs: EpochRewards[];
 }
 
+/** When the next epoch settles: after its window (it and the holdEpochs after it) has ended and its rounds' audits are done. */
+export interface Schedule {
+  epochMs: number;
+  holdEpochs: number;
+  settleAfterMs: number;
+  nextSettlement: { epoch: number; notBefore: string };
+}
+
 async function get<T>(path: string): Promise<T> {
   const res = await fetch(path);
   const json = (await res.json().catch(() => ({}))) as { error?: string; message?: string };
@@ -36,6 +44,7 @@ async function get<T>(path: string): Promise<T> {
 export const rewardsApi = {
   // The newest 500 epochs (the route's largest page); the totals cover them all.
   rewards: (address: string) => get<Rewards>(`/api/rewards/${encodeURIComponent(address)}?limit=500`),
+  schedule: () => get<Schedule>('/api/epochs?limit=1'),
   claims: (address: string) => get<{ claims: ClaimReceipt[] }>(`/api/rewards/${encodeURIComponent(address)}/claims`),
 };
 
