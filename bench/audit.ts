@@ -6,8 +6,8 @@
  * 12 honest miners and one of each cheat over 3 stages of `tiny`, in three
  * miner processes over WebRTC, the coordinator with PGlite here and the
  * validator in its own process, audits drawn at AUDIT_RATE; epochs of
- * EPOCH_MS settled SETTLE_AFTER_MS after the next one ends (earnings held for a
- * window of two epochs) once its rounds' audits are done. RUNS runs with different
+ * EPOCH_MS settled SETTLE_AFTER_MS after the second one after it ends (earnings
+ * held for the default window of three epochs) once its rounds' audits are done. RUNS runs with different
  * run seeds (weights, data windows). Per cheat and run: flagged for the
  * expected reason, the epoch it was flagged in (1 = the first), and what it
  * earned over the run against the average honest miner. False positives:
@@ -23,19 +23,20 @@ import { listeningCoordinator } from '../server/src/testing/coordinator';
 import { CHEATS, type CheatName } from '../server/src/testing/cheats';
 import { MinerSwarm } from '../server/src/testing/swarm';
 import { finish, machine } from './lib';
+import { DEFAULT_INCENTIVES } from '../server/src/run-config';
 
 const EPOCH_MS = 60_000;
 const SETTLE_AFTER_MS = 45_000;
 const EPOCHS = 3;
 const AUDIT_RATE = 0.5;
-/** A window of two epochs: each epoch's earnings wait for the audits of the epoch after it (run-config.ts, holdEpochs). */
-const HOLD_EPOCHS = 1;
+/** The run's default window (run-config.ts, holdEpochs): each epoch's earnings wait for the audits of the two epochs after it. */
+const HOLD_EPOCHS = DEFAULT_INCENTIVES.holdEpochs;
 const RUNS = Number(process.env.RUNS ?? 3);
 const backend = await initNodeBackend();
 
 interface RunResult {
   seed: number;
-  detection: Array<{ attack: CheatName; detected: boolean; flags: string[]; epochsToDetect: number | null; earningsRatio: number }>;
+  detection: Array<{ attack: CheatName; detected: boolean; flags: string[]; epochsToDetect: number | null; earningsRatio: number; paidInEpochs: number[] }>;
   honest: number;
   honestFlagged: number;
   honestRoundsAudited: number;
@@ -76,9 +77,11 @@ async function run(seed: number): Promise<RunResult> {
   const flags = await app.db.query<{ miner_id: string; kind: string; reason: string; created_at: Date }>('SELECT miner_id, kind, reason, created_at FROM flags ORDER BY id');
   // What each miner earned over the settled epochs (no payout links here: one account per miner).
   const earned = new Map<string, bigint>();
-  for (const p of await app.db.query<{ miners: string[] | string; amount: string }>('SELECT miners, amount::text FROM payouts WHERE run_id = $1', [app.coordinator.runId])) {
+  const paidIn = new Map<string, number[]>();
+  for (const p of await app.db.query<{ epoch: number; miners: string[] | string; amount: string }>('SELECT epoch, miners, amount::text FROM payouts WHERE run_id = $1 ORDER BY epoch', [app.coordinator.runId])) {
     const ids = (typeof p.miners === 'string' ? JSON.parse(p.miners) : p.miners) as string[];
     for (const id of ids) earned.set(id, (earned.get(id) ?? 0n) + BigInt(p.amount) / BigInt(ids.length));
+    for (const id of ids) paidIn.set(id, [...(paidIn.get(id) ?? []), p.epoch]);
   }
   const honest = [...roles].filter(([, c]) => !c).map(([id]) => id);
   const honestMean = honest.reduce((s, id) => s + Number(earned.get(id) ?? 0n), 0) / honest.length;
@@ -92,6 +95,7 @@ async function run(seed: number): Promise<RunResult> {
       flags: mine.map((f) => f.kind),
       epochsToDetect: right ? Math.floor((new Date(right.created_at).getTime() - runStart) / EPOCH_MS) + 1 : null,
       earningsRatio: honestMean > 0 ? Number(earned.get(id) ?? 0n) / honestMean : 0,
+      paidInEpochs: paidIn.get(id) ?? [],
     };
   });
   const honestFlags = flags.filter((f) => honest.includes(f.miner_id));
