@@ -32,7 +32,9 @@ describe('Train at Home in Chromium tabs', () => {
 
     const started = Date.now();
     let last: { heldOutLoss: number; bigramLoss: number } | undefined;
-    while (Date.now() - started < 8 * 60_000) {
+    // On two cores, with the validator auditing a quarter of the tabs' rounds beside four tabs, held-out loss has
+    // crossed the baseline at 500-520 s (3.271 against 3.270 at 496 s in one CI run): up to 12 minutes.
+    while (Date.now() - started < 12 * 60_000) {
       await new Promise((r) => setTimeout(r, 20_000));
       last = await app.validator.evaluate();
       const views = await Promise.all(tabs.map(tabView));
@@ -79,7 +81,7 @@ describe('Train at Home in Chromium tabs', () => {
     expect(audits.filter((a) => a.status === 'passed').length).toBeGreaterThan(0);
     expect(audits.filter((a) => a.status === 'failed' || a.status === 'unanswered')).toEqual([]);
     expect(await app.db.query('SELECT miner_id, kind, reason FROM flags')).toEqual([]);
-  });
+  }, 900_000);
 
   it('a paused tab leaves the run and says so; resumed, it joins again and trains', async () => {
     const tab = tabs[0]!;
