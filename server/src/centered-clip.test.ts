@@ -8,14 +8,14 @@ let url: string;
 const miners: Miner[] = [];
 
 beforeAll(async () => {
-  // A radius far below any real pseudo-gradient's spread: every contribution gets clipped.
+  // An absolute radius (clipScale 0) far below any real pseudo-gradient’s spread: every contribution gets clipped.
   ({ app, url } = await listeningCoordinator({
     name: 'centered-clip',
     preset: 'tiny',
     stages: 2,
     bottleneck: 32,
     training: { batchSize: 4 },
-    merge: { every: 3, precision: 'fp16', reduction: 'centered-clip', clipRadius: 1e-6, readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
+    merge: { every: 3, precision: 'fp16', reduction: 'centered-clip', clipScale: 0, clipRadius: 1e-6, readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
   }));
 });
 afterAll(async () => {

@@ -202,7 +202,7 @@ export class PhaseMachine {
       participants,
       weights,
       precision: m.precision,
-      reduction: m.reduction === 'centered-clip' ? { kind: 'centered-clip', radius: m.clipRadius } : { kind: 'mean' },
+      reduction: m.reduction === 'centered-clip' ? { kind: 'centered-clip', radius: m.clipScale > 0 ? m.clipScale : m.clipRadius, relative: m.clipScale > 0 } : { kind: 'mean' },
       timeouts: { senderMs: m.senderMs, reducerMs: m.reducerMs, roundMs: m.roundMs },
       outer: { lr: m.outerLr, momentum: m.outerMomentum },
       uploader: participants[0] ?? '',

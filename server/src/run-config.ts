@@ -59,7 +59,13 @@ export interface MergeSettings {
   maxTrainingMs: number;
   /** How the pseudo-gradient travels between replicas. */
   precision: 'fp32' | 'fp16' | 'int8';
+  /** How owners reduce a partition's contributions: CenteredClip by default (a poisoned contribution weighs at most τ). */
   reduction: 'mean' | 'centered-clip';
+  /**
+   * CenteredClip's radius relative to the stage peers: τ = clipScale × the median distance of a partition's
+   * contributions from their coordinate-wise median, whatever the pseudo-gradients' scale (0: clipRadius instead).
+   */
+  clipScale: number;
   /** CenteredClip's radius τ (L2, per partition). */
   clipRadius: number;
   /** The outer Nesterov step (IOTA: 0.7 and 0.9). */
@@ -109,7 +115,11 @@ export const DEFAULT_MERGE: MergeSettings = {
   every: 10,
   maxTrainingMs: 120_000,
   precision: 'fp16',
-  reduction: 'mean',
+  // CenteredClip with τ at twice the median distance (BTARD's robust reduction, its radius measured against the stage
+  // peers): honest replicas' distances are alike and stay inside; a scaled or random contribution counts at most
+  // τ, and its audit then flags it. With two replicas nobody is clipped (two cannot tell who is the outlier).
+  reduction: 'centered-clip',
+  clipScale: 2,
   clipRadius: 1,
   // Plain averaging of the replicas. IOTA's DiLoCo setting (lr 0.7, Nesterov 0.9) suits
   // merges hundreds of steps apart; at every = 10 on `tiny` it measured worse

@@ -278,7 +278,7 @@ export interface MergeGo {
   /** Verified microbatches of each participant since the last merge: the mean's weights. */
   weights: Record<string, number>;
   precision: 'fp32' | 'fp16' | 'int8';
-  reduction: { kind: 'mean' } | { kind: 'centered-clip'; radius: number };
+  reduction: { kind: 'mean' } | { kind: 'centered-clip'; radius: number; relative?: boolean };
   timeouts: { senderMs: number; reducerMs: number; roundMs: number };
   outer: { lr: number; momentum: number };
   /** This replica uploads the merged weights as the stage's checkpoint. */

@@ -166,6 +166,43 @@ describe('butterfly all-reduce', () => {
     }
   });
 
+  it('CenteredClip relative to the stage peers (the default): a scaled contribution is clipped, whatever the scale, honest ones are not', async () => {
+    for (const scale of [1e-4, 1, 1e3]) {
+      const peers = ids(5);
+      const local = vectors(peers, 1_000, 11);
+      for (const v of local.values()) for (let i = 0; i < v.length; i++) v[i]! *= scale;
+      // A poisoned contribution: an honest one scaled up twentyfold.
+      const poisoned = local.get('peer-4')!;
+      for (let i = 0; i < poisoned.length; i++) poisoned[i]! *= 20;
+      const s = spec(peers, { weights: Object.fromEntries(peers.map((id) => [id, 1])), reduction: { kind: 'centered-clip', radius: 2, relative: true } });
+      const results = await runAll(new MemoryNetwork(), peers, s, local);
+      // Each of the 5 partitions is reduced by 2 owners, each of which clips the poisoned one and no other.
+      expect([...results.values()].reduce((n, r) => n + r.clipped, 0)).toBe(10);
+      const honest = meanOf(local, s.weights, peers.slice(0, 4), 0, 1_000);
+      const plain = meanOf(local, s.weights, peers, 0, 1_000);
+      for (const r of results.values()) {
+        expect(r.values).toEqual(results.get('peer-0')!.values);
+        // Far nearer the honest mean than a plain mean is: the poisoned one counts at most τ.
+        expect(maxDiff(r.values, honest)).toBeLessThan(0.25 * maxDiff(Float32Array.from(plain), honest));
+      }
+    }
+  });
+
+  it('CenteredClip relative to the stage peers: honest contributions alone reduce to their weighted mean, and two are never clipped', () => {
+    const r = rng(5);
+    const honest = Array.from({ length: 6 }, (_, i) => ({ values: Float32Array.from({ length: 500 }, () => (r() - 0.5) * 0.02), weight: i + 1 }));
+    const relative = { kind: 'centered-clip', radius: 2, relative: true } as const;
+    for (const group of [honest, honest.slice(0, 2)]) {
+      const clip = reduceContributions(group, relative);
+      const mean = reduceContributions(group, { kind: 'mean' });
+      expect(clip.clipped).toBe(0);
+      expect(maxDiff(clip.values, mean.values)).toBeLessThan(1e-7);
+    }
+    // Two contributions, one of them huge: at the same distance from their median, neither is clipped.
+    const two = [honest[0]!, { values: honest[1]!.values.map((x) => 100 * x), weight: 1 }];
+    expect(reduceContributions(two, relative).clipped).toBe(0);
+  });
+
   it('a round with too few peers fails with a typed error', async () => {
     const net = new MemoryNetwork();
     await expect(net.node('a').run(spec(['a']), new Float32Array(10))).rejects.toThrow(AllReduceError);

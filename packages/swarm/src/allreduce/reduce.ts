@@ -1,5 +1,10 @@
-/** How owners combine the contributions to a partition: a run setting. */
-export type Reduction = { kind: 'mean' } | { kind: 'centered-clip'; radius: number; iterations?: number };
+/**
+ * How owners combine the contributions to a partition: a run setting. CenteredClip's
+ * radius is absolute (L2 per partition), or with `relative` a multiple of the median
+ * distance of the partition's contributions from their coordinate-wise median: each
+ * contribution measured against its stage peers', whatever the pseudo-gradients' scale.
+ */
+export type Reduction = { kind: 'mean' } | { kind: 'centered-clip'; radius: number; relative?: boolean; iterations?: number };
 
 export interface Contribution {
   values: Float32Array;
@@ -28,19 +33,29 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
   // CenteredClip (Karimireddy et al.; BTARD): v ← v + Σ wᵢ·min(1, τ/‖xᵢ − v‖)·(xᵢ − v) / Σ wᵢ,
   // started from the coordinate-wise median so an outlier far away costs no iterations.
   const v = new Float64Array(n);
-  const column = new Float64Array(contributions.length);
+  const k = contributions.length;
+  const column = new Float64Array(k);
+  const h = k >> 1;
   for (let i = 0; i < n; i++) {
-    contributions.forEach((c, j) => (column[j] = c.values[i]!));
-    column.sort();
-    const h = column.length >> 1;
-    v[i] = column.length % 2 ? column[h]! : (column[h - 1]! + column[h]!) / 2;
+    // An insertion sort of the k values (a handful of replicas): a stage's millions of coordinates each pay
+    // a few comparisons, not a call to sort().
+    for (let j = 0; j < k; j++) {
+      const x = contributions[j]!.values[i]!;
+      let m = j;
+      while (m > 0 && column[m - 1]! > x) (column[m] = column[m - 1]!), m--;
+      column[m] = x;
+    }
+    v[i] = k % 2 ? column[h]! : (column[h - 1]! + column[h]!) / 2;
   }
-  const tau = reduction.radius;
   const distance = (x: Float32Array): number => {
     let s = 0;
     for (let i = 0; i < n; i++) s += (x[i]! - v[i]!) ** 2;
     return Math.sqrt(s);
   };
+  // Relative: τ = radius × the median distance from the coordinate-wise median. A minority of outliers cannot
+  // move it; honest replicas, whose distances are alike, stay inside it (with two contributions both are at the
+  // same distance, so neither is clipped: two cannot tell which is the outlier).
+  const tau = reduction.relative ? reduction.radius * median(contributions.map((c) => distance(c.values))) : reduction.radius;
   for (let it = 0; it < (reduction.iterations ?? 20); it++) {
     const step = new Float64Array(n);
     for (const c of contributions) {
@@ -57,4 +72,10 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
   }
   const clipped = contributions.filter((c) => distance(c.values) > tau).length;
   return { values: Float32Array.from(v), clipped };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const h = s.length >> 1;
+  return s.length % 2 ? s[h]! : (s[h - 1]! + s[h]!) / 2;
 }
