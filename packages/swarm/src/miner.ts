@@ -573,13 +573,17 @@ export class Miner {
     if (this.merging?.round !== m.round || this.worker !== worker) return;
     try {
       // The round's end, committed before anyone knows whether it will be audited.
-      const weightsHash = contentHash(await exportStageWeights(this.model!));
-      const optimizerHash = contentHash(await worker.compute.exportState());
+      const endWeights = await exportStageWeights(this.model!);
+      const endState = await worker.compute.exportState();
+      const weightsHash = contentHash(endWeights);
+      const optimizerHash = contentHash(endState);
       // And what it will contribute to the merge, in either mode: owners take only slices these roots prove.
       const prepared = await prepareContribution(this.model!, this.outer!, layout.merge.precision, this.o.misbehave?.contribution);
       if (this.merging?.round !== m.round || this.worker !== worker) return;
       this.merging.prepared = prepared;
-      this.recorder?.ready(m.round);
+      // The round's record is kept from here, whatever the merge does (an audit may draw it); a merge that goes through
+      // starts the next from the merged weights, else it goes on from this committed end state.
+      this.recorder?.close(m.round, weightsHash, endState, endWeights);
       await request(this.socket!, 'merge-ready', {
         v: PROTOCOL_VERSION,
         stage: m.stage,
@@ -592,6 +596,7 @@ export class Miner {
       });
     } catch (e) {
       this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
+      this.recorder?.reopen(m.round);
       if (this.merging?.round === m.round) this.endMerge();
     }
   }

@@ -193,12 +193,17 @@ export class Auditor {
     let startWeights: Uint8Array | undefined;
     if (record.anchorRound > 0) {
       // The weights a round starts from are the anchor merge's agreed ones, or the ones this miner reported
-      // for it (its merge ended elsewhere): both known before the audit was drawn. Anything else is a lie.
-      const [anchored] = await c.db.query<{ agreed: string | null; reported: string | null }>(
-        'SELECT merged_hash AS agreed, merged_hashes ->> $4 AS reported FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3',
+      // for it (its merge ended elsewhere), or, when it reported no merged weights for that round (its merge failed
+      // or never came: a failed merge changes nothing), its own end state committed with merge-ready for it (the
+      // record then carries those weights): all known before the audit was drawn.
+      // Anything else is a lie.
+      const [anchored] = await c.db.query<{ agreed: string | null; reported: string | null; own: string | null }>(
+        `SELECT e.merged_hash AS agreed, e.merged_hashes ->> $4 AS reported,
+                (SELECT weights_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4) AS own
+         FROM epochs e WHERE e.run_id = $1 AND e.stage = $2 AND e.epoch = $3`,
         [c.runId, stage, record.anchorRound, minerId],
       );
-      if (record.anchorHash !== anchored?.agreed && record.anchorHash !== anchored?.reported) {
+      if (record.anchorHash !== anchored?.agreed && record.anchorHash !== anchored?.reported && !(!anchored?.reported && record.anchorHash === anchored?.own && record.anchorWeights)) {
         const detail = { anchorRound: record.anchorRound, anchorHash: record.anchorHash, agreed: anchored?.agreed ?? null, reported: anchored?.reported ?? null };
         if (!anchored?.reported) {
           // Its report of that merge never arrived: its weights then are unknown, and an honest miner's report can be lost.

@@ -207,6 +207,36 @@ describe('whole-round audits', () => {
     round.stages.forEach((s) => s.dispose());
   });
 
+  it('keeps each round\'s record from its merge-ready on: a merge that fails or never comes loses no round an audit may draw', () => {
+    const op = (id: string): { kind: 'forward'; activationId: string; input: Uint8Array } => ({ kind: 'forward', activationId: id, input: new Uint8Array([1]) });
+    const r = new RoundRecorder(1, 'miner', 0);
+    r.start(0, 'a'.repeat(64), new Uint8Array([1]), new Uint8Array([10]));
+    r.add(op('one'));
+    // merge-ready for round 1: its record is kept now, and the next round goes on from the committed end state.
+    r.close(1, 'b'.repeat(64), new Uint8Array([2]), new Uint8Array([20]));
+    expect(r.find(1)).toMatchObject({ round: 1, anchorRound: 0, anchorHash: 'a'.repeat(64), ops: [{ activationId: 'one' }] });
+    // Round 1's merge failed on this replica: nothing replaces the weights; training goes on, and round 2 ends.
+    r.add(op('two'));
+    r.close(2, 'c'.repeat(64), new Uint8Array([3]), new Uint8Array([30]));
+    expect(r.find(1)!.ops.map((o) => o.activationId)).toEqual(['one']);
+    expect(r.find(2)).toMatchObject({ round: 2, anchorRound: 1, anchorHash: 'b'.repeat(64), anchorWeights: new Uint8Array([20]), optimizer: new Uint8Array([2]), ops: [{ activationId: 'two' }] });
+    // Round 2's merge went through: the next round starts from the merged weights (finish keeps no empty round).
+    r.finish();
+    r.start(2, 'd'.repeat(64), new Uint8Array([3]), new Uint8Array([40]));
+    r.add(op('three'));
+    r.close(3, 'e'.repeat(64), new Uint8Array([4]));
+    expect(r.find(3)).toMatchObject({ anchorRound: 2, anchorHash: 'd'.repeat(64), ops: [{ activationId: 'three' }] });
+    expect([1, 2, 3].map((n) => r.find(n)?.round)).toEqual([1, 2, 3]);
+    // A merge-ready the coordinator refused committed nothing: round 4's work goes on into the next commitment's record.
+    r.add(op('four'));
+    r.close(4, 'f'.repeat(64), new Uint8Array([5]));
+    r.reopen(4);
+    expect(r.find(4)).toBeUndefined();
+    r.add(op('five'));
+    r.close(5, '0'.repeat(64), new Uint8Array([6]));
+    expect(r.find(5)).toMatchObject({ anchorRound: 3, anchorHash: 'e'.repeat(64), ops: [{ activationId: 'four' }, { activationId: 'five' }] });
+  });
+
   it('refuses records that leave out a confirmed send, claim unconfirmed bytes, or start from another state', async () => {
     const round = await runRound(2);
     const record = round.recorders[1]!.find(1)!;

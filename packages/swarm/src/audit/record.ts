@@ -207,6 +207,29 @@ export class RoundRecorder {
     if (this.current) this.current.round = round;
   }
 
+  /**
+   * The round in progress ended with `merge-ready` for this merge round, committing to its end state: it is kept
+   * whatever the merge then does (it may be drawn for an audit even when the miner's merge failed or never came),
+   * and the next round goes on from that committed end state until a merge replaces it (start).
+   */
+  close(round: number, endHash: string, optimizer: Uint8Array, endWeights?: Uint8Array): void {
+    if (!this.current) return;
+    this.current.round = round;
+    this.finish();
+    this.start(round, endHash, optimizer, endWeights);
+  }
+
+  /**
+   * The coordinator did not take that `merge-ready` (nothing was committed): the round goes on as if it had not
+   * been closed, from the anchor it began with, so its next commitment ends it.
+   */
+  reopen(round: number): void {
+    const last = this.finished[this.finished.length - 1];
+    if (!last || last.round !== round || !this.current || this.current.anchorRound !== round || this.current.ops.length > 0) return;
+    this.finished.pop();
+    this.current = { ...last, round: 0 };
+  }
+
   /** The merge went through: the round in progress is finished and kept. */
   finish(): void {
     if (!this.current || this.current.round === 0) return;
