@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
 import { MINER_EXIT_REFUSED } from '@train-at-home/swarm';
 import type { Coordinator } from './coordinator';
-import { TSX_EXEC_ARGV } from './tsx-loader';
+import { tsxExecArgv } from './tsx-loader';
 
 const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.meta.url));
 
@@ -165,7 +165,7 @@ export class LocalMiners {
     // A run that WASM cannot train (the gpu preset) is filled from this machine's GPU, if it has one.
     const backend = UNSUITABLE_BACKENDS[this.c.run.preset]?.includes('wasm') ? 'webgpu' : 'wasm';
     // A process group of its own: Ctrl-C on the coordinator's terminal does not reach it (see the class comment).
-    const child = fork(MINER_CLI, ['--coordinator', this.url!, '--backend', backend], { execArgv: [...TSX_EXEC_ARGV], stdio: ['ignore', 'ignore', 'inherit', 'ipc'], detached: true });
+    const child = fork(MINER_CLI, ['--coordinator', this.url!, '--backend', backend], { execArgv: tsxExecArgv(), stdio: ['ignore', 'ignore', 'inherit', 'ipc'], detached: true });
     this.children.add(child);
     this.c.log.info({ pid: child.pid }, 'starting a local miner for a stage nobody holds');
     child.on('message', (m: { registered?: unknown }) => {

@@ -9,4 +9,8 @@ import { pathToFileURL } from 'node:url';
  * not find it and crashed. Resolved here, from this file, the loader is found
  * wherever the process runs.
  */
-export const TSX_EXEC_ARGV: readonly string[] = ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href];
+export function tsxExecArgv(): string[] {
+  // Resolved when a child is started, not on import: a bundled coordinator (bench:gpu-swarm's, on the GPU
+  // machine) ships no tsx and starts only bundled children.
+  return ['--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href];
+}

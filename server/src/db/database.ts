@@ -4,7 +4,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { TSX_EXEC_ARGV } from '../tsx-loader';
+import { tsxExecArgv } from '../tsx-loader';
 import { MIGRATIONS } from './migrations';
 
 /** What the coordinator needs of PostgreSQL: queries and transactions. */
@@ -54,7 +54,7 @@ const INITDB_ENTRY = fileURLToPath(new URL('./initdb-process.ts', import.meta.ur
 export async function initDataDir(dataDir: string): Promise<number | undefined> {
   if (existsSync(join(dataDir, 'PG_VERSION'))) return undefined;
   mkdirSync(dataDir, { recursive: true });
-  const child = fork(INITDB_ENTRY, [dataDir], { execArgv: [...TSX_EXEC_ARGV], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(INITDB_ENTRY, [dataDir], { execArgv: tsxExecArgv(), stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const code = await new Promise<number | null>((resolve, reject) => {
     child.once('error', reject);
     child.once('exit', resolve);

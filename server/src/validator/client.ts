@@ -2,7 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
 import type { RunConfig } from '../run-config';
-import { TSX_EXEC_ARGV } from '../tsx-loader';
+import { tsxExecArgv } from '../tsx-loader';
 import { ValidatorError } from './compute';
 import type { ValidatorJob } from './jobs';
 
@@ -14,7 +14,7 @@ const ENTRY = fileURLToPath(new URL('./process.ts', import.meta.url));
  */
 export function validatorEntry(env: NodeJS.ProcessEnv = process.env): { entry: string; execArgv: string[] } {
   const bundled = env.TAH_VALIDATOR_ENTRY;
-  return bundled ? { entry: bundled, execArgv: [] } : { entry: ENTRY, execArgv: [...TSX_EXEC_ARGV] };
+  return bundled ? { entry: bundled, execArgv: [] } : { entry: ENTRY, execArgv: tsxExecArgv() };
 }
 /**
  * A job the validator has not answered this long after it began running fails (the process is then
