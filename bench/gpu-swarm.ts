@@ -86,7 +86,9 @@ const run = {
   training: { batchSize, peakLr, warmupSteps, totalSteps: 1_000_000 },
   // One miner per stage: a merge round of one participant just names the stage's weights, and its miner
   // uploads them as the round's checkpoint (phases.ts, swarm/merge.ts): one every `mergeEvery` microbatches.
-  merge: { every: mergeEvery, maxTrainingMs: 120_000 },
+  // readyMs: a gpu stage's merge-ready reads back and hashes ~300 MB and builds two contributions' roots, seconds on
+  // the device's CPU (the H200 run's every answer came after the default 5 s); the phase ends once all have answered.
+  merge: { every: mergeEvery, maxTrainingMs: 120_000, readyMs: 60_000 },
   incentives: { spotCheckRate: 0 },
 };
 const app = await buildApp({ run });

@@ -3,7 +3,7 @@ import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRe
 import { ButterflyNode } from './allreduce/butterfly';
 import { RoundRecorder, encodeRecord } from './audit/record';
 import { OuterOptimizer } from './allreduce/outer';
-import { prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
+import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
 import { coordinatorSignals, register, request, type Registration } from './coordinator-client';
@@ -576,7 +576,9 @@ export class Miner {
       const endWeights = await exportStageWeights(this.model!);
       const endState = await worker.compute.exportState();
       const weightsHash = contentHash(endWeights);
+      await nextTurn(); // a gpu stage's hashes take seconds: heartbeats go out between them
       const optimizerHash = contentHash(endState);
+      await nextTurn();
       // And what it will contribute to the merge, in either mode: owners take only slices these roots prove.
       const prepared = await prepareContribution(this.model!, this.outer!, layout.merge.precision, this.o.misbehave?.contribution);
       if (this.merging?.round !== m.round || this.worker !== worker) return;
