@@ -596,6 +596,8 @@ export class Miner {
         optimizerHash,
         contributionRoots: prepared.roots,
       });
+      // Committed: the record of this round is closed (above), so in-flight forwards belong to it.
+      worker.roundEnded();
     } catch (e) {
       this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
       this.recorder?.reopen(m.round);

@@ -222,8 +222,16 @@ export class PipelineWorker {
    * (server/src/validator/spot-checks.ts counts steps the same way).
    */
   merged(): void {
-    this.generation++;
+    this.roundEnded();
     this.sinceMerged = 0;
+  }
+
+  /**
+   * The miner committed its round with merge-ready: the round's audit record ends there whatever the merge does,
+   * so a gradient of a forward from before it takes no step (as after a merge; an audit's replay expects that).
+   */
+  roundEnded(): void {
+    this.generation++;
   }
 
   /** A payload this miner recently sent or received, for the validator's probe (undefined once evicted). */
