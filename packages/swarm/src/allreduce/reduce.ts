@@ -35,7 +35,6 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
   const v = new Float64Array(n);
   const k = contributions.length;
   const column = new Float64Array(k);
-  const h = k >> 1;
   for (let i = 0; i < n; i++) {
     // An insertion sort of the k values (a handful of replicas): a stage's millions of coordinates each pay
     // a few comparisons, not a call to sort().
@@ -45,7 +44,7 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
       while (m > 0 && column[m - 1]! > x) (column[m] = column[m - 1]!), m--;
       column[m] = x;
     }
-    v[i] = k % 2 ? column[h]! : (column[h - 1]! + column[h]!) / 2;
+    v[i] = middle(column);
   }
   const distance = (x: Float32Array): number => {
     let s = 0;
@@ -75,7 +74,11 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
 }
 
 function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const h = s.length >> 1;
-  return s.length % 2 ? s[h]! : (s[h - 1]! + s[h]!) / 2;
+  return middle([...xs].sort((a, b) => a - b));
+}
+
+/** The median of values already sorted. */
+function middle(sorted: ArrayLike<number>): number {
+  const h = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[h]! : (sorted[h - 1]! + sorted[h]!) / 2;
 }
