@@ -131,8 +131,21 @@ describe('the validator against cheaters', () => {
     }
     // Each miner's audits and merge rounds (to see why a cheater was or was not caught).
     const audits = await app.db.query<{ miner_id: string; status: string; reason: string | null }>('SELECT miner_id, status, reason FROM audits ORDER BY created_at');
-    for (const a of await app.db.query<{ miner_id: string; round: number; detail: unknown; created_at: Date }>(`SELECT miner_id, round, detail, created_at FROM audits WHERE reason = 'NO_CHECKPOINT' ORDER BY created_at`))
-      console.log(`adversarial: NO_CHECKPOINT ${role(a.miner_id)} ${a.miner_id.slice(0, 8)} round ${a.round} at ${a.created_at.toISOString()}: ${JSON.stringify(a.detail)}`);
+    for (const a of await app.db.query<{ miner_id: string; stage: number; round: number; reason: string; detail: unknown; created_at: Date }>(`SELECT miner_id, stage, round, reason, detail, created_at FROM audits WHERE reason IN ('NO_CHECKPOINT', 'START_UNCOMMITTED') ORDER BY created_at`)) {
+      console.log(`adversarial: ${a.reason} ${role(a.miner_id)} ${a.miner_id.slice(0, 8)} stage ${a.stage} round ${a.round} at ${a.created_at.toISOString()}: ${JSON.stringify(a.detail)}`);
+      // The miner's commitments and merge outcomes on that stage (to see where the weights its record starts from came from).
+      const ready = await app.db.query<{ round: number; weights_hash: string; ready_at: Date }>('SELECT round, weights_hash, ready_at FROM round_commitments WHERE miner_id = $1 AND stage = $2 ORDER BY round', [a.miner_id, a.stage]);
+      const merged = await app.db.query<{ epoch: number; at: string | null; hash: string | null; participant: boolean; agreed: string | null }>(
+        'SELECT epoch, merged_at ->> $1 AS at, merged_hashes ->> $1 AS hash, participants ? $1 AS participant, merged_hash AS agreed FROM epochs WHERE stage = $2 ORDER BY epoch',
+        [a.miner_id, a.stage],
+      );
+      const events = await app.db.query<{ round: number; kind: string; detail: unknown }>('SELECT round, kind, detail FROM merge_events WHERE stage = $1 AND miner_id = $2 ORDER BY round', [a.stage, a.miner_id]);
+      const moved = await app.db.query<{ stage: number; stage_since: Date }>('SELECT stage, stage_since FROM miners WHERE id = $1', [a.miner_id]);
+      console.log(
+        `adversarial: ${a.reason} ${a.miner_id.slice(0, 8)} ready ${JSON.stringify(ready.map((r) => [r.round, r.weights_hash.slice(0, 8), r.ready_at.toISOString()]))} ` +
+          `merges ${JSON.stringify(merged.map((m) => [m.epoch, m.participant, m.hash?.slice(0, 8) ?? null, m.agreed?.slice(0, 8) ?? null, m.at]))} events ${JSON.stringify(events)} now ${JSON.stringify(moved)}`,
+      );
+    }
     for (const e of await app.db.query<{ stage: number; epoch: number; participants: string[] | string | null; merged_hash: string | null }>('SELECT stage, epoch, participants, merged_hash FROM epochs ORDER BY stage, epoch')) {
       const p = (typeof e.participants === 'string' ? JSON.parse(e.participants) : e.participants) as string[] | null;
       const events = await app.db.query<{ kind: string; miner_id: string | null }>('SELECT kind, miner_id FROM merge_events WHERE stage = $1 AND round = $2', [e.stage, e.epoch]);

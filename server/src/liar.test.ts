@@ -1,5 +1,5 @@
 import { BLOCK, MSG, Miner, decodeMessage, encodeMessage, type MinerOptions } from '@train-at-home/swarm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { App } from './app';
 import { listeningCoordinator, localMiner } from './test-miners';
 
@@ -79,5 +79,26 @@ describe('a lying owner in a real merge', () => {
     const honest = [first.registration!.minerId, third.registration!.minerId];
     expect(fromAudited.every((e) => honest.includes(e.reporter))).toBe(true);
     expect(events.filter((e: { kind: string }) => e.kind === 'hash-mismatch')).toEqual([]);
+  });
+
+  it('a merge report lost with its connection is sent again once the miner is back, and the weights it reports are stored', async () => {
+    // Stage 2's replicas (honest, already merging): the next merge report of one of them is lost on its way, with its connection.
+    const [miner] = miners.filter((m) => m.registration?.stage === 1);
+    const minerId = miner!.registration!.minerId;
+    const socket = app.coordinator.sockets.get(minerId)!;
+    let lost: number | undefined;
+    socket.use(([event, payload], next) => {
+      if (event !== 'merged' || lost !== undefined || !(payload as { ok: boolean }).ok) return next();
+      lost = (payload as { round: number }).round;
+      socket.conn.close(); // the packet goes nowhere, like one in flight when a home connection drops
+    });
+    const rejoined = miner!.rejoined;
+    await expect.poll(() => lost, { timeout: 240_000, interval: 500 }).toBeDefined();
+    const outcome = await vi.waitUntil(() => miner!.merges.find((m) => m.stage === 1 && m.round === lost), { timeout: 10_000 });
+    // Back with the coordinator, the miner sends it again, before the receipts of its next round, and it is stored.
+    const stored = async (): Promise<string | null> =>
+      (await app.db.query<{ hash: string | null }>('SELECT merged_hashes ->> $1 AS hash FROM epochs WHERE run_id = $2 AND stage = 1 AND epoch = $3', [minerId, app.coordinator.runId, lost]))[0]?.hash ?? null;
+    await expect.poll(stored, { timeout: 60_000, interval: 250 }).toBe(outcome.hash);
+    expect(miner!.rejoined).toBeGreaterThan(rejoined);
   });
 });

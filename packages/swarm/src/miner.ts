@@ -6,9 +6,12 @@ import { OuterOptimizer } from './allreduce/outer';
 import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
-import { coordinatorSignals, register, request, type Registration } from './coordinator-client';
+import { CoordinatorError, coordinatorSignals, register, request, type Registration } from './coordinator-client';
 import { PeerMesh, type Mesh, type MeshOptions } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
+
+/** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */
+type ReportEvent = 'loss' | 'receipt' | 'merged';
 
 /** Where a first-stage miner gets training tokens (disk in Node, HTTP ranges in a browser). */
 export interface TokenSource {
@@ -148,7 +151,7 @@ export class Miner {
   private connectedToCoordinator = true;
   /** While the coordinator is unreachable: since when, the next attempt (performance.now() times) and the last error. */
   private unreachable?: { since: number; nextTryAt: number; error?: string };
-  private readonly unsent: Array<['loss' | 'receipt', object]> = [];
+  private readonly unsent: Array<[ReportEvent, object]> = [];
   /** Times this miner registered again after losing the coordinator. */
   rejoined = 0;
   registration?: Registration & { layout: RunLayout };
@@ -639,7 +642,7 @@ export class Miner {
           (detail?.refused.length ? `, refused ${detail.refused.length} slice(s) their senders had not committed to` : ''),
       );
       this.sinceMerge = 0;
-      void request(this.socket!, 'merged', {
+      this.report('merged', {
         v: PROTOCOL_VERSION,
         stage: go.stage,
         round: go.round,
@@ -649,7 +652,7 @@ export class Miner {
         clipped: outcome.clipped,
         evidence: outcome.evidence.slice(0, 256).map((e) => ({ partition: e.partition, owners: e.owners, hashes: e.hashes, ...(e.liar ? { liar: e.liar } : {}) })),
         ...(detail ? { received: detail.received.slice(0, 256) } : {}),
-      }).catch((e: Error) => this.o.log?.(`merge ${go.round}: report refused (${e.message})`));
+      });
       if (outcome.ok && go.uploader === registration.minerId) await this.upload(registration, go.round, weights);
     } catch (e) {
       this.o.log?.(`merge ${go.round} failed: ${(e as Error).message}`);
@@ -687,13 +690,28 @@ export class Miner {
     }
   }
 
-  /** Sends a loss report or receipt; while the coordinator is away they wait (bounded) and go on re-registration. */
-  private report(event: 'loss' | 'receipt', payload: object): void {
+  /**
+   * Sends a loss report, receipt or merge report, in the order they happened; while the coordinator is away they
+   * wait (receipts and losses bounded) and go on re-registration. A merge report lost with its connection is sent
+   * again before what followed it: without it the weights this miner's next round starts from are known to nobody
+   * (when its merge ended elsewhere than the stage's majority), and an audit of that round cannot be replayed.
+   */
+  private report(event: ReportEvent, payload: object, first = false): void {
     if (!this.socket?.connected || !this.connectedToCoordinator) {
-      if (this.unsent.length < 10_000) this.unsent.push([event, payload]);
+      if (first) this.unsent.unshift([event, payload]);
+      else if (event === 'merged' || this.unsent.length < 10_000) this.unsent.push([event, payload]);
       return;
     }
-    this.socket.emit(event, payload);
+    if (event !== 'merged') {
+      this.socket.emit(event, payload);
+      return;
+    }
+    const round = (payload as { round: number }).round;
+    request(this.socket, 'merged', payload).catch((e: Error) => {
+      this.o.log?.(`merge ${round}: report ${e instanceof CoordinatorError ? 'refused' : 'not acknowledged'} (${e.message})`);
+      // Refused by name, or only slow (the connection still up, so it arrives in order): nothing to send again.
+      if (!(e instanceof CoordinatorError) && !this.socket?.connected) this.report('merged', payload, true);
+    });
   }
 
   /**
