@@ -43,7 +43,9 @@ export type ToTabWorker =
   /** The Rewards page: sign a server-issued payout-link message with this tab's miner identity. */
   | { cmd: 'sign-payout-link'; requestId: number; message: string }
   /** bench/browser: the whole model in this worker on one backend, timed. */
-  | { cmd: 'bench'; backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number };
+  | { cmd: 'bench'; backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number }
+  /** bench/backend-spread: one stage's round on given inputs, on one backend (audit/spread.ts). */
+  | { cmd: 'stage-round'; backend: TabBackend; inputs: import('@train-at-home/swarm').StageRoundInputs };
 
 export type TabStatus = MinerStatus & { backend?: TabBackend; paused: boolean };
 
@@ -59,4 +61,5 @@ export type FromTabWorker =
   | { ev: 'device-lost'; message: string; fallback: TabBackend }
   | { ev: 'log'; line: string }
   | { ev: 'bench'; result?: import('./bench').LocalBenchResult; error?: string }
+  | { ev: 'stage-round'; result?: import('@train-at-home/swarm').StageRound; error?: string }
   | { ev: 'error'; message: string };

@@ -12,7 +12,7 @@ import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { cryptoReady, generateIdentity, type Identity } from '@train-at-home/protocol';
-import { Miner, MeshPort, httpTokenSource, type BoundaryDeviceCodec, type PortLike } from '@train-at-home/swarm';
+import { Miner, MeshPort, httpTokenSource, runStageRound, type BoundaryDeviceCodec, type PortLike } from '@train-at-home/swarm';
 import type { FromTabWorker, ProbeOutcome, TabBackend, ToTabWorker } from './messages';
 import { benchLocalTraining } from './bench';
 import { probeBackends } from './probe';
@@ -71,6 +71,21 @@ function watchDevice(): void {
   });
 }
 
+/** On WebGPU: the WGSL int8 codec and the fused optimizer step, each used only once it agrees with the WASM arithmetic. */
+async function installGpuKernels(): Promise<void> {
+  try {
+    const gpu = await import('@train-at-home/model/webgpu');
+    const codec = await gpu.codecKernelCheck();
+    // The optimizer step as fused WGSL kernels, installed only when they agree with the WASM arithmetic.
+    const optimizer = await gpu.useFusedOptimizer();
+    const result = { ...codec, optimizer };
+    post({ ev: 'kernel-check', result });
+    if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
+  } catch (e) {
+    post({ ev: 'kernel-check', error: (e as Error).message });
+  }
+}
+
 async function start(m: Extract<ToTabWorker, { cmd: 'start' }>): Promise<void> {
   coordinatorUrl = m.coordinatorUrl;
   // The identity first: the Rewards page can link it to a wallet while the probe runs.
@@ -81,19 +96,7 @@ async function start(m: Extract<ToTabWorker, { cmd: 'start' }>): Promise<void> {
   probe = await probeBackends(CANDIDATES, m.backend, (b, done, total) => post({ ev: 'probing', backend: b, done, total }));
   backend = probe.chosen;
   post({ ev: 'probe', outcome: probe });
-  if (backend === 'webgpu') {
-    try {
-      const gpu = await import('@train-at-home/model/webgpu');
-      const codec = await gpu.codecKernelCheck();
-      // The optimizer step as fused WGSL kernels, installed only when they agree with the WASM arithmetic.
-      const optimizer = await gpu.useFusedOptimizer();
-      const result = { ...codec, optimizer };
-      post({ ev: 'kernel-check', result });
-      if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
-    } catch (e) {
-      post({ ev: 'kernel-check', error: (e as Error).message });
-    }
-  }
+  if (backend === 'webgpu') await installGpuKernels();
   watchDevice();
   startMiner();
 }
@@ -124,6 +127,16 @@ scope.addEventListener('message', (event) => {
         .then(() => benchLocalTraining(m))
         .then((result) => post({ ev: 'bench', result }))
         .catch((e: Error) => post({ ev: 'bench', error: e.message }));
+      break;
+    case 'stage-round':
+      // bench/backend-spread: one stage's round on the inputs given, as a tab on this backend computes it.
+      probeBackends([], m.backend, () => {})
+        .then(async () => {
+          if (m.backend === 'webgpu') await installGpuKernels();
+          return runStageRound(m.inputs, m.backend === 'webgpu' ? deviceCodec : undefined);
+        })
+        .then((result) => post({ ev: 'stage-round', result }))
+        .catch((e: Error) => post({ ev: 'stage-round', error: e.message }));
       break;
     case 'sign-payout-link':
       // The secret key never leaves this worker: the page gets the signature only.

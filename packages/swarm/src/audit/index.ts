@@ -1,2 +1,3 @@
 export * from './record';
 export * from './replay';
+export * from './spread';
