@@ -2,6 +2,7 @@ import { PRESETS, assignedWindows, mulberry32, type TokenBatch, Stage, boundaryC
 import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { RoundRecorder, encodeRecord } from './audit/record';
+import { EXACT_REPLAY_BACKEND } from './audit/replay';
 import { OuterOptimizer } from './allreduce/outer';
 import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
 import type { AllReducePrecision } from './allreduce/values';
@@ -139,7 +140,8 @@ export class Miner {
   readonly audits = { answered: 0, missing: 0 };
   private readonly auditing = new Set<string>();
   /** The merge this miner is paused for, if any. */
-  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean };
+  /** The merge in progress: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
+  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   private stageMap: string[][] = [];
@@ -588,7 +590,8 @@ export class Miner {
       this.merging.prepared = prepared;
       // The round's record is kept from here, whatever the merge does (an audit may draw it); a merge that goes through
       // starts the next from the merged weights, else it goes on from this committed end state.
-      this.recorder?.close(m.round, weightsHash, endState, endWeights);
+      // On a backend whose replay is not bit-exact, the record keeps that end state too (an audit compares within a tolerance).
+      this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND);
       await request(this.socket!, 'merge-ready', {
         v: PROTOCOL_VERSION,
         stage: m.stage,
@@ -601,6 +604,7 @@ export class Miner {
       });
       // Committed: the record of this round is closed (above), so in-flight forwards belong to it.
       worker.roundEnded();
+      if (this.merging?.round === m.round) this.merging.committed = true;
     } catch (e) {
       this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
       this.recorder?.reopen(m.round);
@@ -626,6 +630,7 @@ export class Miner {
       const outcome = await runMerge(go, model, this.outer!, this.butterfly!, prepared);
       if (this.model !== model) return; // moved stage meanwhile
       if (outcome.ok) {
+        if (this.merging) this.merging.merged = true;
         this.worker?.merged();
         // The round is over; the next starts from the merged weights and the optimizer state committed with merge-ready.
         this.recorder?.finish();
@@ -664,6 +669,10 @@ export class Miner {
   private endMerge(): void {
     if (!this.merging) return;
     clearTimeout(this.merging.timer);
+    // A committed round whose merge did not go through here (failed, missed, never came): the next round goes on from
+    // that committed end state (its audit record starts there), so its contribution to the next merge is counted from
+    // there too, as after a merge that averaged weights: the end state becomes the outer anchor and the momentum restarts.
+    if (this.merging.committed && !this.merging.merged && this.merging.prepared) this.outer?.reset(this.merging.prepared.current);
     this.merging = undefined;
     this.worker?.resume();
   }
