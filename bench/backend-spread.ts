@@ -25,7 +25,8 @@
  *     sent (decoded: relative L2 error ‖x − r‖/‖r‖; and whether the bytes are
  *     identical), the loss (|Δ|); and the weights after k steps, relative to
  *     the round's own update: ‖w_x − w_r‖ / ‖w_r − w_start‖ (what a merge
- *     contribution, anchor − weights, differs by).
+ *     contribution, anchor − weights, differs by); and AdamW's moments at the
+ *     end (‖m_x − m_r‖/‖m_r‖, the same for v).
  *   - For contrast, what the cheats the audits must catch change in the same
  *     measures: noise of 1% of the output's RMS (≈ 0.01 relative error) and a
  *     lazy learner that never steps (1.0 of the update).
@@ -127,7 +128,7 @@ page.on('console', (m) => /error|fail/i.test(m.text()) && console.log(`[tab] ${m
 await page.goto(url);
 
 type StepRow = { i: number; activationRelErr?: number; gradientRelErr?: number; lossAbsDiff?: number; identical: boolean };
-type RoundRow = { backend: string; from: number; stage: number; ms: number; steps: StepRow[]; weights: Array<{ step: number; relToUpdate: number; relToWeights: number; identical: boolean }>; error?: string };
+type RoundRow = { backend: string; from: number; stage: number; ms: number; steps: StepRow[]; weights: Array<{ step: number; relToUpdate: number; relToWeights: number; identical: boolean }>; momentsRelErr?: number; error?: string };
 const rows: RoundRow[] = [];
 for (const backend of ['wasm', 'webgl', 'webgpu'] as const) {
   for (const [n, r] of rounds.entries()) {
@@ -156,12 +157,13 @@ for (const backend of ['wasm', 'webgl', 'webgpu'] as const) {
       const theirs = floats(ref.weights.find((x) => x.step === w.step)!.bytes);
       return { step: w.step, relToUpdate: dist(mine, theirs) / dist(theirs, start), relToWeights: dist(mine, theirs) / norm(theirs), identical: dist(mine, theirs) === 0 };
     });
-    rows.push({ backend: got.backend, from: r.from, stage: r.stage, ms: got.ms, steps, weights });
+    const momentsRelErr = momentsError(got.state, ref.state);
+    rows.push({ backend: got.backend, from: r.from, stage: r.stage, ms: got.ms, steps, weights, momentsRelErr });
     const worst = (f: (s: StepRow) => number | undefined): string => Math.max(0, ...steps.map((s) => f(s) ?? 0)).toExponential(2);
     console.log(
       `backend-spread: ${got.backend} stage ${r.stage + 1} from step ${r.from}: ${steps.filter((s) => s.identical).length}/${steps.length} microbatches identical, ` +
         `max rel. error activation ${worst((s) => s.activationRelErr)}, gradient ${worst((s) => s.gradientRelErr)}, max |Δloss| ${worst((s) => s.lossAbsDiff)}; ` +
-        `weights off by ${weights.map((w) => `${w.relToUpdate.toExponential(1)}@${w.step}`).join(' ')} of the update (${Math.round(got.ms / 1000)} s)`,
+        `weights off by ${weights.map((w) => `${w.relToUpdate.toExponential(1)}@${w.step}`).join(' ')} of the update, moments by ${momentsRelErr.toExponential(1)} (${Math.round(got.ms / 1000)} s)`,
     );
   }
 }
@@ -187,6 +189,7 @@ const summary = Object.fromEntries(
         maxLossAbsDiff: max(all.map((s) => s.lossAbsDiff)),
         boundaryRelErrByMicrobatch: Object.fromEntries([0, 1, 4, 9, 19, 39].filter((i) => i < K).map((i) => [i, byStep(i)])),
         weightsRelToUpdateByStep: Object.fromEntries(KEEP.map((k) => [k, max(of.map((r) => r.weights.find((w) => w.step === k)?.relToUpdate))])),
+        maxMomentsRelErr: max(of.map((r) => r.momentsRelErr)),
         ...(failed.length ? { failedRounds: failed.length, error: failed[0]!.error } : {}),
       },
     ];
@@ -227,6 +230,27 @@ function dist(a: Float32Array, b: Float32Array): number {
   let s = 0;
   for (let i = 0; i < a.length; i++) s += (a[i]! - b[i]!) ** 2;
   return Math.sqrt(s);
+}
+
+/** AdamW's moments after the round (StageCompute.exportState: two step counts, then m, then v): the larger relative error of m and v. */
+function momentsError(got: Uint8Array, want: Uint8Array): number {
+  const a = new DataView(got.buffer, got.byteOffset, got.byteLength);
+  const b = new DataView(want.buffer, want.byteOffset, want.byteLength);
+  if (got.length !== want.length || a.getUint32(0, true) !== b.getUint32(0, true) || a.getUint32(4, true) !== b.getUint32(4, true)) return Infinity;
+  const half = (got.length - 8) / 8;
+  let worst = 0;
+  for (const from of [8, 8 + 4 * half]) {
+    let off = 0;
+    let n = 0;
+    for (let i = 0; i < half; i++) {
+      const x = a.getFloat32(from + 4 * i, true);
+      const y = b.getFloat32(from + 4 * i, true);
+      off += (x - y) ** 2;
+      n += y * y;
+    }
+    worst = Math.max(worst, Math.sqrt(off / n));
+  }
+  return worst;
 }
 
 function norm(a: Float32Array): number {

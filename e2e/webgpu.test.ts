@@ -8,7 +8,8 @@ const browsers: Array<Awaited<ReturnType<typeof launchBrowser>>> = [];
 
 beforeAll(async () => {
   // Small microbatches: SwiftShader runs WebGPU on the CPU, far slower than WASM.
-  ({ app, url } = await startCoordinator({ name: 'e2e-webgpu', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4, peakLr: 0.006, warmupSteps: 5, totalSteps: 200 }, merge: { every: 1000 } }));
+  // A merge every 3 microbatches, each round audited: the validator (WASM) replays the WebGPU and WebGL tabs' rounds within their backends' measured spread.
+  ({ app, url } = await startCoordinator({ name: 'e2e-webgpu', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4, peakLr: 0.006, warmupSteps: 5, totalSteps: 200 }, merge: { every: 3 }, incentives: { auditRate: 1 } }));
   // --enable-unsafe-webgpu: the only way to a WebGPU adapter here (SwiftShader, a software "fallback" adapter).
   // WebGPU exists only in secure contexts; the namespace's plain-http origin is declared one for this profile.
   browsers.push(await launchBrowser(['--enable-unsafe-webgpu', `--unsafely-treat-insecure-origin-as-secure=${url}`]), await launchBrowser());
@@ -19,7 +20,7 @@ afterAll(async () => {
 });
 
 describe('a tab on WebGPU', () => {
-  it('forced to ?backend=webgpu on SwiftShader, trains its stage with the WGSL int8 codec and fused optimizer, which agree with the WASM path; a lost GPU device falls back to WASM and training goes on', async () => {
+  it('forced to ?backend=webgpu on SwiftShader, trains its stage with the WGSL int8 codec and fused optimizer, which agree with the WASM path; its rounds and a WebGL tab\'s pass the WASM validator\'s audits; a lost GPU device falls back to WASM and training goes on', async () => {
     const gpuTab = await openTab(browsers[0]!.context, `${url}/?backend=webgpu`);
     gpuTab.on('console', (m) => console.log(`[webgpu tab] ${m.text()}`));
     await expect.poll(async () => (await tabView(gpuTab)).backend, { timeout: 120_000, interval: 1000 }).toBe('webgpu');
@@ -40,17 +41,37 @@ describe('a tab on WebGPU', () => {
     expect(help).not.toMatch(/starts miners of its own/);
     await screenshot(gpuTab, 'waiting-tab.png');
 
-    // A WASM tab takes the other stage; the WebGPU tab's microbatches complete forward and backward.
-    const wasmTab = await openTab(browsers[1]!.context, url);
+    // A WebGL tab takes the other stage; the WebGPU tab's microbatches complete forward and backward.
+    const glTab = await openTab(browsers[1]!.context, `${url}/?backend=webgl`);
     await expect.poll(async () => (await app.coordinator.stageMap()).map((s: { miners: unknown[] }) => s.miners.length), { timeout: 60_000 }).toEqual([1, 1]);
     await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 300_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
-    expect((await tabView(wasmTab)).microbatches).toBeGreaterThanOrEqual(2);
+    expect((await tabView(glTab)).microbatches).toBeGreaterThanOrEqual(2);
+    expect((await tabView(glTab)).backend).toBe('webgl');
     const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics/train_loss' })).json().points;
     expect(losses.length).toBeGreaterThanOrEqual(2);
     for (const l of losses) expect(Number.isFinite(l.value)).toBe(true);
     expect((await tabView(gpuTab)).backend).toBe('webgpu');
     expect(await gpuTab.locator('.log').textContent()).not.toMatch(/GPU device lost/);
     await screenshot(gpuTab, 'webgpu-tab.png');
+
+    // Audited: each tab's whole rounds, replayed on WASM by the validator within its backend's measured spread
+    // (REPLAY_TOLERANCE, from bench:backend-spread), pass; none fails, none goes unanswered or is skipped for its backend.
+    const byBackend = async (): Promise<Record<string, string[]>> => {
+      const rows = await app.db.query<{ backend: string; status: string; reason: string | null }>('SELECT m.backend, a.status, a.reason FROM audits a JOIN miners m ON m.id = a.miner_id ORDER BY a.created_at');
+      const out: Record<string, string[]> = {};
+      for (const r of rows) (out[r.backend] ??= []).push(`${r.status}${r.reason ? `:${r.reason}` : ''}`);
+      return out;
+    };
+    await expect.poll(async () => {
+      const audits = await byBackend();
+      console.log(`e2e: audits ${JSON.stringify(audits)}`);
+      return ['webgpu', 'webgl'].every((b) => audits[b]?.includes('passed'));
+    }, { timeout: 300_000, interval: 5000 }).toBe(true);
+    const failed = await app.db.query<{ detail: unknown }>(`SELECT detail FROM audits WHERE status = 'failed'`);
+    for (const f of failed) console.log(`e2e: failed audit ${JSON.stringify(f.detail).slice(0, 600)}`);
+    const audits = Object.values(await byBackend()).flat();
+    expect(audits.filter((a) => /^(failed|unanswered)|BACKEND/.test(a))).toEqual([]);
+    expect(await app.db.query(`SELECT miner_id, kind, reason FROM flags`)).toEqual([]);
 
     // Drill: the GPU device is lost (as after a driver reset). The tab says so, falls back, and trains on.
     await gpuTab.evaluate('window.trainAtHome.loseDevice()');

@@ -1,6 +1,6 @@
 import { auditCommitment, isAudited } from '@train-at-home/incentives';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
-import { MAX_RECORD_BYTES, RecordError, decodeRecord, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type RoundRecord } from '@train-at-home/swarm';
+import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
 import { randomBytes } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
 import type { ValidatorProcess } from './client';
@@ -24,7 +24,7 @@ export const AUDIT_REPLAY_LIMIT_MS = 300_000;
 export const AUDIT_RESEND_MS = 10_000;
 
 /** The backend the validator replays on: a round is bit-exact only on the same one. */
-export const AUDIT_BACKEND = 'wasm';
+export const AUDIT_BACKEND = EXACT_REPLAY_BACKEND;
 
 export class AuditError extends Error {
   override name = 'AuditError';
@@ -47,6 +47,8 @@ export interface AuditJob {
   transfers: ConfirmedTransfer[];
   reportedLosses: Array<[string, number]>;
   merge?: AuditInputs['merge'];
+  /** The miner's backend is not the validator's: its round is replayed within these bounds (thresholds.ts). */
+  tolerance?: ReplayTolerance;
 }
 
 /**
@@ -123,8 +125,8 @@ export class Auditor {
       const [miner] = await this.c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, this.c.runId]);
       const id = randomBytes(16).toString('hex');
       this.stats.drawn++;
-      if (miner?.backend !== AUDIT_BACKEND) {
-        // Another backend's arithmetic differs in its last bits: an exact replay would fail an honest miner.
+      if (miner?.backend !== AUDIT_BACKEND && !REPLAY_TOLERANCE[miner?.backend ?? '']) {
+        // Another backend's arithmetic differs in its last bits: an exact replay would fail an honest miner, and none is measured for this one.
         await this.insert(id, stage, round, minerId, 'skipped', 'BACKEND', { backend: miner?.backend ?? null }, 0);
         this.stats.skipped++;
         continue;
@@ -178,6 +180,9 @@ export class Auditor {
       'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
       [c.runId, stage, round, minerId],
     );
+    // Computed on another backend than this validator's: replayed within that backend's measured spread (thresholds.ts).
+    const [registered] = await c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, c.runId]);
+    const tolerance = registered && registered.backend !== AUDIT_BACKEND ? REPLAY_TOLERANCE[registered.backend] : undefined;
     const [start] = record.anchorRound > 0
       ? await c.db.query<{ optimizer_hash: string }>('SELECT optimizer_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4', [c.runId, stage, record.anchorRound, minerId])
       : [];
@@ -269,6 +274,7 @@ export class Auditor {
       endStateHash: end?.optimizer_hash ?? '',
       transfers: transfers.map((t) => ({ direction: t.direction, activationId: t.activation_id, from: t.from_miner, to: t.to_miner, payloadHash: t.payload_hash, reporter: t.reporter, inRound: t.in_round })),
       reportedLosses: losses.map((l) => [l.activation_id, l.value]),
+      ...(tolerance ? { tolerance } : {}),
     };
     let verdict: AuditVerdict;
     try {

@@ -213,6 +213,7 @@ export class ValidatorCompute {
         batchSize,
         maxBatch: 256,
         ...(job.merge ? { merge: job.merge } : {}),
+        ...(job.tolerance ? { tolerance: job.tolerance } : {}),
       });
     } finally {
       stage.dispose();

@@ -12,7 +12,7 @@ import { contributionRoot } from '../allreduce/commitment';
 import { encodeValues } from '../allreduce/values';
 import { readFlat } from '../merge';
 import { payloadHashHex as hashOf } from '@train-at-home/protocol';
-import { replayRound, type AuditInputs, type ConfirmedTransfer } from './replay';
+import { REPLAY_TOLERANCE, replayRound, type AuditInputs, type ConfirmedTransfer, type ReplayTolerance } from './replay';
 
 /**
  * Whole-round audits on a real 3-stage pipeline of `tiny` (PipelineWorkers
@@ -64,7 +64,7 @@ interface Round {
 }
 
 /** Runs `microbatches` through a fresh pipeline, with a cheat at one stage, and closes the round as a merge would. */
-async function runRound(microbatches: number, cheat?: { stage: number; misbehave?: Misbehaviour; foreignTokens?: boolean }): Promise<Round> {
+async function runRound(microbatches: number, cheat?: { stage: number; misbehave?: Misbehaviour; foreignTokens?: boolean }, keepEnd = false): Promise<Round> {
   const meshes = memoryMeshes(IDS);
   const specs = stageSpecs(config, layout);
   const stages = specs.map((s) => new Stage(s, SEED));
@@ -100,9 +100,10 @@ async function runRound(microbatches: number, cheat?: { stage: number; misbehave
   await new Promise((r) => setTimeout(r, 20));
   const commitments = [];
   for (let k = 0; k < 3; k++) {
-    commitments.push({ weights: contentHash(await exportStageWeights(stages[k]!)), state: contentHash(await workers[k]!.compute.exportState()) });
-    recorders[k]!.ready(1);
-    recorders[k]!.finish();
+    const [weights, state] = [await exportStageWeights(stages[k]!), await workers[k]!.compute.exportState()];
+    commitments.push({ weights: contentHash(weights), state: contentHash(state) });
+    // merge-ready of round 1 (a miner on another backend than the validator's keeps its end state in the record).
+    recorders[k]!.close(1, contentHash(weights), state, weights, keepEnd);
     workers[k]!.dispose();
   }
   // A transfer counts when both ends confirmed it with the same hash.
@@ -113,7 +114,7 @@ async function runRound(microbatches: number, cheat?: { stage: number; misbehave
   return { stages, recorders, transfers, losses, commitments };
 }
 
-async function audit(round: Round, k: number, record = round.recorders[k]!.find(1)!, merge?: AuditInputs['merge']) {
+async function audit(round: Round, k: number, record = round.recorders[k]!.find(1)!, merge?: AuditInputs['merge'], tolerance?: ReplayTolerance) {
   const fresh = new Stage(stageSpecs(config, layout)[k]!, SEED);
   try {
     return await replayRound({
@@ -130,6 +131,7 @@ async function audit(round: Round, k: number, record = round.recorders[k]!.find(
       batchSize: BATCH,
       maxBatch: 256,
       ...(merge ? { merge } : {}),
+      ...(tolerance ? { tolerance } : {}),
     });
   } finally {
     fresh.dispose();
@@ -235,6 +237,37 @@ describe('whole-round audits', () => {
     r.add(op('five'));
     r.close(5, '0'.repeat(64), new Uint8Array([6]));
     expect(r.find(5)).toMatchObject({ anchorRound: 3, anchorHash: 'e'.repeat(64), ops: [{ activationId: 'four' }, { activationId: 'five' }] });
+  });
+
+  it('replays a round computed on another backend within that backend\'s measured tolerance, and still catches 1% noise, a lazy learner and an end state other than the one committed', async () => {
+    // The miners compute on tfjs's pure-JS CPU backend; the validator replays on WASM, as it would a WebGL or WebGPU tab's round.
+    const tolerance = REPLAY_TOLERANCE.webgl!;
+    let n = 0;
+    const noise = (out: tf.Tensor2D): tf.Tensor2D => (n++ === 0 ? out : (tf.tidy(() => out.add(tf.randomNormal(out.shape).mul(tf.sqrt(tf.mean(tf.square(out))).mul(0.01)))) as tf.Tensor2D));
+    await tf.setBackend('cpu');
+    let honest: Round, noisy: Round, lazy: Round;
+    try {
+      honest = await runRound(3, undefined, true);
+      noisy = await runRound(3, { stage: 1, misbehave: { output: noise } }, true);
+      lazy = await runRound(2, { stage: 1, misbehave: { skipSteps: true } }, true);
+    } finally {
+      await tf.setBackend('wasm');
+    }
+    const exact = [];
+    for (let k = 0; k < 3; k++) {
+      exact.push(await audit(honest, k));
+      expect(await audit(honest, k, undefined, undefined, tolerance), `stage ${k}`).toMatchObject({ passed: true, steps: 3 });
+    }
+    // Bit for bit, the other backend's honest round does not replay: hence the tolerance.
+    expect(exact.some((v) => !v.passed)).toBe(true);
+    expect(await audit(noisy, 1, undefined, undefined, tolerance)).toMatchObject({ passed: false, reason: 'AUDIT_OUTPUT_MISMATCH', op: 2 });
+    expect((await audit(lazy, 1, undefined, undefined, tolerance)).passed).toBe(false);
+    // The end it carries must be the one it committed; and within the tolerance of where its steps lead.
+    const record = honest.recorders[1]!.find(1)!;
+    const other = lazy.recorders[1]!.find(1)!;
+    expect(await audit(honest, 1, { ...record, end: { weights: other.end!.weights, state: record.end!.state } }, undefined, tolerance)).toMatchObject({ passed: false, reason: 'AUDIT_WEIGHTS_MISMATCH', detail: expect.stringMatching(/not the ones committed/) });
+    expect(decodeRecord(encodeRecord(record)).end).toEqual(record.end);
+    for (const r of [honest, noisy, lazy]) r.stages.forEach((s) => s.dispose());
   });
 
   it('refuses records that leave out a confirmed send, claim unconfirmed bytes, or start from another state', async () => {

@@ -10,7 +10,8 @@
  *   0   u32  magic 'TAHR' (0x52484154)
  *   4   u32  JSON header length H
  *   8   H    JSON header (RecordHeader: every field but the byte arrays, with their lengths)
- *   then the optimizer state, the anchor weights (if any), then each op's input, outputGrad and sent bytes, in op order
+ *   then the optimizer state, the anchor weights (if any), the end weights and end optimizer state (if kept), then each
+ *   op's input, outputGrad and sent bytes, in op order
  */
 export const RECORD_MAGIC = 0x52484154;
 /** The largest record a miner uploads or the coordinator accepts. */
@@ -55,10 +56,16 @@ export interface RoundRecord {
   /** The merge round whose `merge-ready` ended this record (the commitments of its end state). */
   round: number;
   ops: RoundOp[];
+  /**
+   * The end state it committed with that `merge-ready` (weights and optimizer state), kept by a miner whose
+   * backend is not the validator's: a replay of its round on the validator's backend is within a measured
+   * tolerance, not bit-exact, and compares against these (each checked against its committed hash).
+   */
+  end?: { weights: Uint8Array; state: Uint8Array };
 }
 
 type OpHeader = Omit<RoundOp, 'input' | 'outputGrad' | 'sent'> & { inputBytes: number; outputGradBytes: number; sentBytes: number };
-type RecordHeader = Omit<RoundRecord, 'optimizer' | 'anchorWeights' | 'ops'> & { optimizerBytes: number; anchorWeightsBytes: number; ops: OpHeader[] };
+type RecordHeader = Omit<RoundRecord, 'optimizer' | 'anchorWeights' | 'ops' | 'end'> & { optimizerBytes: number; anchorWeightsBytes: number; endWeightsBytes?: number; endStateBytes?: number; ops: OpHeader[] };
 
 export class RecordError extends Error {
   override name = 'RecordError';
@@ -80,6 +87,7 @@ export function encodeRecord(r: RoundRecord): Uint8Array {
     round: r.round,
     optimizerBytes: r.optimizer.length,
     anchorWeightsBytes: r.anchorWeights?.length ?? -1,
+    ...(r.end ? { endWeightsBytes: r.end.weights.length, endStateBytes: r.end.state.length } : {}),
     ops: r.ops.map((o) => ({
       kind: o.kind,
       activationId: o.activationId,
@@ -91,7 +99,7 @@ export function encodeRecord(r: RoundRecord): Uint8Array {
     })),
   };
   const json = new TextEncoder().encode(JSON.stringify(header));
-  const blobs = [r.optimizer, r.anchorWeights ?? new Uint8Array(0), ...r.ops.flatMap((o) => [o.input, o.outputGrad ?? new Uint8Array(0), o.sent ?? new Uint8Array(0)])];
+  const blobs = [r.optimizer, r.anchorWeights ?? new Uint8Array(0), ...(r.end ? [r.end.weights, r.end.state] : []), ...r.ops.flatMap((o) => [o.input, o.outputGrad ?? new Uint8Array(0), o.sent ?? new Uint8Array(0)])];
   const total = 8 + json.length + blobs.reduce((n, b) => n + b.length, 0);
   if (total > MAX_RECORD_BYTES) throw new RecordError('TOO_LARGE', `a record of ${total} bytes exceeds ${MAX_RECORD_BYTES}`);
   const out = new Uint8Array(total);
@@ -133,6 +141,8 @@ export function decodeRecord(bytes: Uint8Array): RoundRecord {
   if (typeof h.minerId !== 'string' || !HEX64.test(h.minerId) || typeof h.anchorHash !== 'string' || !HEX64.test(h.anchorHash)) bad('miner id or anchor hash malformed');
   if (!isCount(h.optimizerBytes, MAX_RECORD_BYTES)) bad('optimizer state length malformed');
   if (!(h.anchorWeightsBytes === -1 || isCount(h.anchorWeightsBytes, MAX_RECORD_BYTES))) bad('anchor weights length malformed');
+  const hasEnd = h.endWeightsBytes !== undefined || h.endStateBytes !== undefined;
+  if (hasEnd && !(isCount(h.endWeightsBytes, MAX_RECORD_BYTES) && isCount(h.endStateBytes, MAX_RECORD_BYTES))) bad('end state lengths malformed');
   if (!Array.isArray(h.ops) || h.ops.length > MAX_RECORD_OPS) bad(`ops must be a list of at most ${MAX_RECORD_OPS}`);
   let at = 8 + jsonBytes;
   const take = (n: number): Uint8Array => {
@@ -143,6 +153,7 @@ export function decodeRecord(bytes: Uint8Array): RoundRecord {
   };
   const optimizer = take(h.optimizerBytes);
   const anchorWeights = take(Math.max(0, h.anchorWeightsBytes));
+  const end = hasEnd ? { weights: take(h.endWeightsBytes!), state: take(h.endStateBytes!) } : undefined;
   const ops: RoundOp[] = h.ops.map((o) => {
     if (typeof o !== 'object' || o === null || (o.kind !== 'forward' && o.kind !== 'backward')) bad('op kind malformed');
     if (typeof o.activationId !== 'string' || !HEX32.test(o.activationId)) bad('op activation id malformed');
@@ -165,7 +176,7 @@ export function decodeRecord(bytes: Uint8Array): RoundRecord {
     };
   });
   if (at !== bytes.length) bad(`${bytes.length - at} trailing bytes`);
-  return { runId: h.runId, minerId: h.minerId, stage: h.stage, anchorRound: h.anchorRound, anchorHash: h.anchorHash, ...(h.anchorWeightsBytes >= 0 ? { anchorWeights } : {}), optimizer, round: h.round, ops };
+  return { runId: h.runId, minerId: h.minerId, stage: h.stage, anchorRound: h.anchorRound, anchorHash: h.anchorHash, ...(h.anchorWeightsBytes >= 0 ? { anchorWeights } : {}), optimizer, round: h.round, ops, ...(end ? { end } : {}) };
 }
 
 /**
@@ -173,7 +184,8 @@ export function decodeRecord(bytes: Uint8Array): RoundRecord {
  * (an audit is chosen only after its round closed, and answered within a
  * deadline). Memory: RECORDS_KEPT finished rounds plus the current one, each
  * about (its microbatches × the boundary payloads in and out) + 8 bytes per
- * parameter of the stage's optimizer state + its anchor weights.
+ * parameter of the stage's optimizer state + its anchor weights; on a backend other than the validator's, its
+ * end state too (12 bytes per parameter, shared with the next round's start until a merge replaces it).
  */
 export const RECORDS_KEPT = 3;
 
@@ -212,9 +224,11 @@ export class RoundRecorder {
    * whatever the merge then does (it may be drawn for an audit even when the miner's merge failed or never came),
    * and the next round goes on from that committed end state until a merge replaces it (start).
    */
-  close(round: number, endHash: string, optimizer: Uint8Array, endWeights?: Uint8Array): void {
+  close(round: number, endHash: string, optimizer: Uint8Array, endWeights?: Uint8Array, keepEnd = false): void {
     if (!this.current) return;
     this.current.round = round;
+    // Shared with the next round's start (no copy) until a merge replaces it.
+    if (keepEnd && endWeights) this.current.end = { weights: endWeights, state: optimizer };
     this.finish();
     this.start(round, endHash, optimizer, endWeights);
   }
@@ -227,7 +241,8 @@ export class RoundRecorder {
     const last = this.finished[this.finished.length - 1];
     if (!last || last.round !== round || !this.current || this.current.anchorRound !== round || this.current.ops.length > 0) return;
     this.finished.pop();
-    this.current = { ...last, round: 0 };
+    const { end: _uncommitted, ...reopened } = last;
+    this.current = { ...reopened, round: 0 };
   }
 
   /** The merge went through: the round in progress is finished and kept. */

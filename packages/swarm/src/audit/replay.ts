@@ -1,7 +1,7 @@
 import { sha256 } from '@noble/hashes/sha256';
 import { bytesToHex } from '@noble/hashes/utils';
 import * as tf from '@tensorflow/tfjs';
-import { assignedWindows, contentHash, exportStageWeights, type Stage, type StageInput, type TokenBatch } from '@train-at-home/model';
+import { assignedWindows, contentHash, deserializeWeights, exportStageWeights, importStageWeights, type BackendName, type Stage, type StageInput, type TokenBatch } from '@train-at-home/model';
 import { payloadHashHex } from '@train-at-home/protocol';
 import { decodeMicrobatch, microbatchInputs, type Microbatch } from '../microbatch';
 import { OuterOptimizer } from '../allreduce/outer';
@@ -41,7 +41,7 @@ export interface AuditVerdict {
   /** The op at which it failed (index in the record), and what was compared there. */
   op?: number;
   detail?: string;
-  metrics?: { cosine?: number; maxAbsDiff?: number; reported?: number; replayed?: number };
+  metrics?: { cosine?: number; maxAbsDiff?: number; relErr?: number; relToUpdate?: number; reported?: number; replayed?: number };
   ops: number;
   steps: number;
   ms: number;
@@ -94,7 +94,51 @@ export interface AuditInputs {
     /** The contribution root the miner committed with merge-ready, for the merge's mode (commitment.ts); absent: it committed none. */
     committed?: string;
   };
+  /**
+   * The miner computed on another backend than the validator's: what it sent, reported and ended with may differ
+   * from the replay by this much (its record carries its end state; absent there, the end is checked exactly).
+   * Absent: the replay is bit-exact.
+   */
+  tolerance?: ReplayTolerance;
 }
+
+/** The backend whose rounds the validator (Node, WASM) replays bit for bit. */
+export const EXACT_REPLAY_BACKEND: BackendName = 'wasm';
+
+/**
+ * How far an honest round computed on another backend may land from its replay on the validator's: the
+ * replay runs the same ops on the same received bytes, but each backend rounds its arithmetic its own way,
+ * so what the miner sent and ended with differs by a little that grows with the round's inner steps.
+ */
+export interface ReplayTolerance {
+  /** A boundary frame it sent (activation or input gradient), both decoded: ‖sent − replayed‖ / ‖replayed‖. */
+  frame: number;
+  /** A loss it reported: |reported − replayed|, in nats. */
+  loss: number;
+  /** Its end weights, relative to the round's own update: ‖end − replayed‖ / ‖replayed − start‖ (what its merge contribution differs by). */
+  weights: number;
+  /** Its end optimizer moments, each of m and v: ‖carried − replayed‖ / ‖replayed‖. */
+  moments: number;
+}
+
+/**
+ * How far an honest tab's round on WebGL or WebGPU may land from this validator's WASM replay of it
+ * (server/src/validator/audits.ts). Measured by bench:backend-spread (bench/results/backend-spread.json, 2 cores,
+ * Chromium's software WebGL and WebGPU (SwiftShader) against Node's WASM): tabs ran the rounds of a 3-stage
+ * tiny run (b = 32, int8 boundaries) on the very inputs its miners had received, 20 microbatches from fresh
+ * and from trained weights. Worst over both backends, every stage and both starts:
+ *   - boundary frames: 1.36e-3 relative error (int8 codes that flip; it grows with the step: 8e-5 on the first microbatch, 9e-4 on the 20th);
+ *   - losses: 3.3e-6 nats;
+ *   - end weights: 7.8e-5 of the round's own update; AdamW's moments: 8.7e-4.
+ * Each bound is ~3× (frames) to ~13× (weights) the honest worst, and below what the gentlest cheats change:
+ * noise of 1% of the output's RMS is 1e-2 of a frame, a 0.999× loss 3e-3 nats, one skipped step in 20 roughly
+ * 5e-2 of the update, a lazy learner 1. Measured for rounds of up to 20 inner steps of `tiny`; the end
+ * weights drift further with more steps (on stage 1, 7.8e-5 at 20 against 2.8e-6 at 10), which a longer round would need measured.
+ */
+export const REPLAY_TOLERANCE: Partial<Record<string, ReplayTolerance>> = {
+  webgl: { frame: 4e-3, loss: 1e-4, weights: 1e-3, moments: 5e-3 },
+  webgpu: { frame: 4e-3, loss: 1e-4, weights: 1e-3, moments: 5e-3 },
+};
 
 const fromHex = (h: string): Uint8Array => Uint8Array.from(h.match(/../g)!.map((b) => parseInt(b, 16)));
 
@@ -125,6 +169,8 @@ export async function replayRound(a: AuditInputs): Promise<AuditVerdict> {
   const compute = new StageCompute(a.stage, a.training);
   let steps = 0;
   const anchor = a.merge ? await readFlat(a.stage) : undefined;
+  const tol = a.tolerance;
+  const startWeights = tol && r.end ? await exportStageWeights(a.stage) : undefined;
   try {
     // The start: the optimizer state it committed (or a fresh one).
     if (a.startStateHash === null ? r.optimizer.some((b) => b !== 0) : contentHash(r.optimizer) !== a.startStateHash) {
@@ -197,11 +243,10 @@ export async function replayRound(a: AuditInputs): Promise<AuditVerdict> {
           const out = compute.forward(input);
           const frame = await compute.encode(out);
           if (!sameBytes(frame, sent.frame)) {
-            const metrics = compare(compute, sent.frame, out);
+            const metrics = compare(compute, sent.frame, out, frame);
             out.dispose();
-            throw new Failed('AUDIT_OUTPUT_MISMATCH', i, 'the activation sent is not what the stage computes', metrics);
-          }
-          out.dispose();
+            if (!tol || !(metrics.relErr! <= tol.frame)) throw new Failed('AUDIT_OUTPUT_MISMATCH', i, 'the activation sent is not what the stage computes', metrics);
+          } else out.dispose();
         } finally {
           tf.dispose([input.x, ...(input.targets ? [input.targets] : [])]);
         }
@@ -223,7 +268,8 @@ export async function replayRound(a: AuditInputs): Promise<AuditVerdict> {
         if (applied) steps++;
         if (spec.isLast) {
           const reported = a.reportedLosses.get(op.activationId);
-          if (op.loss !== result.loss || (reported !== undefined && reported !== result.loss)) {
+          const off = (x: number | undefined): boolean => x !== result.loss && !(tol && x !== undefined && result.loss !== undefined && Math.abs(x - result.loss) <= tol.loss);
+          if (off(op.loss) || (reported !== undefined && off(reported))) {
             throw new Failed('AUDIT_LOSS_MISMATCH', i, 'the loss reported is not the microbatch\'s loss', { reported: reported ?? op.loss, replayed: result.loss });
           }
         }
@@ -233,8 +279,8 @@ export async function replayRound(a: AuditInputs): Promise<AuditVerdict> {
           covered.add(`gradient:${op.activationId}`);
           const frame = await compute.encode(result.inputGrad);
           if (!sameBytes(frame, op.sent)) {
-            const metrics = compare(compute, op.sent, result.inputGrad);
-            throw new Failed('AUDIT_GRADIENT_MISMATCH', i, 'the gradient sent back is not what the stage computes', metrics);
+            const metrics = compare(compute, op.sent, result.inputGrad, frame);
+            if (!tol || !(metrics.relErr! <= tol.frame)) throw new Failed('AUDIT_GRADIENT_MISMATCH', i, 'the gradient sent back is not what the stage computes', metrics);
           }
         }
       } finally {
@@ -248,8 +294,29 @@ export async function replayRound(a: AuditInputs): Promise<AuditVerdict> {
       throw new Failed('AUDIT_INCOMPLETE', undefined, `${missing.length} transfer(s) the miner confirmed sending are not in its record (${named})`);
     }
     // The end: what it committed at the merge (and contributed to it) is where its steps lead.
-    if (contentHash(await exportStageWeights(a.stage)) !== a.endWeightsHash) throw new Failed('AUDIT_WEIGHTS_MISMATCH', undefined, 'the weights committed at the merge are not where the round\'s steps lead');
-    if (contentHash(await compute.exportState()) !== a.endStateHash) throw new Failed('AUDIT_STATE_MISMATCH', undefined, 'the optimizer state committed at the merge is not where the round\'s steps lead');
+    if (tol && r.end && startWeights) {
+      // Computed elsewhere: the end it carries is the one it committed, and within the tolerance of where the replay's steps lead.
+      if (contentHash(r.end.weights) !== a.endWeightsHash) throw new Failed('AUDIT_WEIGHTS_MISMATCH', undefined, 'the end weights in the record are not the ones committed at the merge');
+      if (contentHash(r.end.state) !== a.endStateHash) throw new Failed('AUDIT_STATE_MISMATCH', undefined, 'the end optimizer state in the record is not the one committed at the merge');
+      const replayed = await exportStageWeights(a.stage);
+      let carried: Float32Array;
+      try {
+        carried = flatWeights(r.end.weights, replayed);
+      } catch (e) {
+        throw new Failed('AUDIT_BAD_RECORD', undefined, `end weights: ${(e as Error).message}`);
+      }
+      const mine = flatWeights(replayed, replayed);
+      const update = distance(mine, flatWeights(startWeights, replayed));
+      const relToUpdate = update > 0 ? distance(carried, mine) / update : distance(carried, mine) === 0 ? 0 : Infinity;
+      if (!(relToUpdate <= tol.weights)) throw new Failed('AUDIT_WEIGHTS_MISMATCH', undefined, 'the weights committed at the merge are not where the round\'s steps lead', { relToUpdate });
+      const relErr = momentsError(r.end.state, await compute.exportState());
+      if (!(relErr <= tol.moments)) throw new Failed('AUDIT_STATE_MISMATCH', undefined, 'the optimizer state committed at the merge is not where the round\'s steps lead', { relErr });
+      // What it contributed to the merge is computed from what it committed.
+      importStageWeights(a.stage, r.end.weights);
+    } else {
+      if (contentHash(await exportStageWeights(a.stage)) !== a.endWeightsHash) throw new Failed('AUDIT_WEIGHTS_MISMATCH', undefined, 'the weights committed at the merge are not where the round\'s steps lead');
+      if (contentHash(await compute.exportState()) !== a.endStateHash) throw new Failed('AUDIT_STATE_MISMATCH', undefined, 'the optimizer state committed at the merge is not where the round\'s steps lead');
+    }
     if (a.merge && anchor) {
       // The contribution it sent: each partition's owners say what they received; both owners agreeing on other bytes
       // than the replay's is the miner's doing (an owner alone could be the liar: recorded by the merge, not here).
@@ -286,19 +353,78 @@ function decodeFrame(compute: StageCompute, bytes: Uint8Array, rows: number, col
   }
 }
 
-/** How far what was sent is from what the replay computed (for the evidence: a cosine near 1 with bytes that differ is small noise). */
-function compare(compute: StageCompute, sent: Uint8Array, replayed: tf.Tensor2D): AuditVerdict['metrics'] {
+/**
+ * How far what was sent is from what the replay computed (for the evidence: a cosine near 1 with bytes that differ
+ * is small noise), and `relErr`: both frames decoded, ‖sent − replayed‖ / ‖replayed‖ (what a tolerance bounds;
+ * Infinity when the frame cannot be decoded).
+ */
+function compare(compute: StageCompute, sent: Uint8Array, replayed: tf.Tensor2D, replayedFrame: Uint8Array): NonNullable<AuditVerdict['metrics']> {
   try {
     const [rows, cols] = replayed.shape;
     return tf.tidy(() => {
       const got = compute.decode(sent, rows, cols);
+      const want = compute.decode(replayedFrame, rows, cols);
       const dot = tf.sum(tf.mul(got, replayed)).dataSync()[0]!;
       const norms = Math.sqrt(tf.sum(tf.square(got)).dataSync()[0]! * tf.sum(tf.square(replayed)).dataSync()[0]!);
-      return { cosine: norms > 0 ? dot / norms : 0, maxAbsDiff: tf.max(tf.abs(tf.sub(got, replayed))).dataSync()[0]! };
+      const wantNorm = Math.sqrt(tf.sum(tf.square(want)).dataSync()[0]!);
+      const off = Math.sqrt(tf.sum(tf.square(tf.sub(got, want))).dataSync()[0]!);
+      return {
+        cosine: norms > 0 ? dot / norms : 0,
+        maxAbsDiff: tf.max(tf.abs(tf.sub(got, replayed))).dataSync()[0]!,
+        relErr: wantNorm > 0 ? off / wantNorm : off === 0 ? 0 : Infinity,
+      };
     });
   } catch {
-    return {};
+    return { relErr: Infinity };
   }
+}
+
+/** A stage's weights blob as one vector, in the order of `like`'s tensors (each checked by name and size). */
+function flatWeights(blob: Uint8Array, like: Uint8Array): Float32Array {
+  const order = deserializeWeights(like);
+  const byName = new Map(deserializeWeights(blob).map((t) => [t.name, t]));
+  if (byName.size !== order.length) throw new Error('not this stage\'s tensors');
+  const out = new Float32Array(order.reduce((n, t) => n + t.data.length, 0));
+  let at = 0;
+  for (const t of order) {
+    const mine = byName.get(t.name);
+    if (!mine || mine.data.length !== t.data.length) throw new Error(`tensor ${t.name} missing or of another size`);
+    out.set(mine.data, at);
+    at += t.data.length;
+  }
+  return out;
+}
+
+function distance(a: Float32Array, b: Float32Array): number {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += (a[i]! - b[i]!) ** 2;
+  return Math.sqrt(s);
+}
+
+/**
+ * Two optimizer states (StageCompute.exportState): the step counts must be equal; the larger relative error of
+ * AdamW's two moments, m and v (Infinity when the blobs differ in size or steps).
+ */
+function momentsError(carried: Uint8Array, replayed: Uint8Array): number {
+  if (carried.length !== replayed.length || carried.length < 8 || (carried.length - 8) % 8 !== 0) return Infinity;
+  const a = new DataView(carried.buffer, carried.byteOffset, carried.byteLength);
+  const b = new DataView(replayed.buffer, replayed.byteOffset, replayed.byteLength);
+  if (a.getUint32(0, true) !== b.getUint32(0, true) || a.getUint32(4, true) !== b.getUint32(4, true)) return Infinity;
+  const half = (carried.length - 8) / 8;
+  let worst = 0;
+  for (const from of [8, 8 + 4 * half]) {
+    let off = 0;
+    let norm = 0;
+    for (let i = 0; i < half; i++) {
+      const x = a.getFloat32(from + 4 * i, true);
+      const y = b.getFloat32(from + 4 * i, true);
+      if (!Number.isFinite(x)) return Infinity;
+      off += (x - y) ** 2;
+      norm += y * y;
+    }
+    worst = Math.max(worst, norm > 0 ? Math.sqrt(off / norm) : off === 0 ? 0 : Infinity);
+  }
+  return worst;
 }
 
 const sameBytes = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.length && a.every((x, i) => x === b[i]);

@@ -50,6 +50,8 @@ export interface StageRound {
   sent: Array<{ activation?: Uint8Array; gradient?: Uint8Array; loss?: number }>;
   /** The weights after the steps named in keepWeightsAt. */
   weights: Array<{ step: number; bytes: Uint8Array }>;
+  /** The optimizer state at the end (StageCompute.exportState). */
+  state: Uint8Array;
   ms: number;
 }
 
@@ -92,7 +94,7 @@ export async function runStageRound(o: StageRoundInputs, deviceCodec?: BoundaryD
       sent.push(out);
       if (o.keepWeightsAt.includes(sent.length)) weights.push({ step: sent.length, bytes: await exportStageWeights(stage) });
     }
-    return { backend: tf.getBackend(), sent, weights, ms: performance.now() - started };
+    return { backend: tf.getBackend(), sent, weights, state: await compute.exportState(), ms: performance.now() - started };
   } finally {
     compute.dispose();
     stage.dispose();
