@@ -39,7 +39,7 @@ import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { BatchSampler, PRESETS, Stage, decodeBoundary, deserializeWeights, exportStageWeights, stageSpecs, type ModelConfig, type RunLayout, type StageInput } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
-import { StageCompute, runStageRound, type InnerTraining, type StageRound, type StageRoundInputs, type StageRoundMicrobatch } from '@train-at-home/swarm';
+import { StageCompute, momentsError, runStageRound, type InnerTraining, type StageRound, type StageRoundInputs, type StageRoundMicrobatch } from '@train-at-home/swarm';
 import { launchBrowser, startCoordinator } from '../e2e/lib';
 import { finish, machine } from './lib';
 
@@ -230,27 +230,6 @@ function dist(a: Float32Array, b: Float32Array): number {
   let s = 0;
   for (let i = 0; i < a.length; i++) s += (a[i]! - b[i]!) ** 2;
   return Math.sqrt(s);
-}
-
-/** AdamW's moments after the round (StageCompute.exportState: two step counts, then m, then v): the larger relative error of m and v. */
-function momentsError(got: Uint8Array, want: Uint8Array): number {
-  const a = new DataView(got.buffer, got.byteOffset, got.byteLength);
-  const b = new DataView(want.buffer, want.byteOffset, want.byteLength);
-  if (got.length !== want.length || a.getUint32(0, true) !== b.getUint32(0, true) || a.getUint32(4, true) !== b.getUint32(4, true)) return Infinity;
-  const half = (got.length - 8) / 8;
-  let worst = 0;
-  for (const from of [8, 8 + 4 * half]) {
-    let off = 0;
-    let n = 0;
-    for (let i = 0; i < half; i++) {
-      const x = a.getFloat32(from + 4 * i, true);
-      const y = b.getFloat32(from + 4 * i, true);
-      off += (x - y) ** 2;
-      n += y * y;
-    }
-    worst = Math.max(worst, Math.sqrt(off / n));
-  }
-  return worst;
 }
 
 function norm(a: Float32Array): number {

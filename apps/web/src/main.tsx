@@ -2,36 +2,29 @@ import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
 import { App } from './App';
 import type { LocalBenchResult } from './tab/bench';
-import type { FromTabWorker, TabBackend } from './tab/messages';
+import type { FromTabWorker, TabBackend, ToTabWorker } from './tab/messages';
 import type { StageRound, StageRoundInputs } from '@train-at-home/swarm';
 import './style.css';
 
+/** One command in a fresh tab worker (the benchmarks' way in): resolves with the result its answer carries. */
+function inFreshWorker<T>(command: ToTabWorker, answer: 'bench' | 'stage-round'): Promise<T> {
+  const worker = new Worker(new URL('./tab/worker.ts', import.meta.url), { type: 'module' });
+  return new Promise<T>((resolve, reject) => {
+    worker.addEventListener('message', (e: MessageEvent<FromTabWorker>) => {
+      if (e.data?.ev !== answer) return;
+      worker.terminate();
+      const { result, error } = e.data as { result?: T; error?: string };
+      if (result) resolve(result);
+      else reject(new Error(error));
+    });
+    worker.postMessage(command);
+  });
+}
+
 /** bench/browser drives this: the whole model in a fresh worker on one backend. */
-function benchLocal(o: { backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number }): Promise<LocalBenchResult> {
-  const worker = new Worker(new URL('./tab/worker.ts', import.meta.url), { type: 'module' });
-  return new Promise<LocalBenchResult>((resolve, reject) => {
-    worker.addEventListener('message', (e: MessageEvent<FromTabWorker>) => {
-      if (e.data?.ev !== 'bench') return;
-      worker.terminate();
-      if (e.data.result) resolve(e.data.result);
-      else reject(new Error(e.data.error));
-    });
-    worker.postMessage({ cmd: 'bench', ...o });
-  });
-}
+const benchLocal = (o: { backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number }): Promise<LocalBenchResult> => inFreshWorker({ cmd: 'bench', ...o }, 'bench');
 /** bench/backend-spread drives this: one stage's round on given inputs, in a fresh worker on one backend (audit/spread.ts). */
-function stageRound(backend: TabBackend, inputs: StageRoundInputs): Promise<StageRound> {
-  const worker = new Worker(new URL('./tab/worker.ts', import.meta.url), { type: 'module' });
-  return new Promise<StageRound>((resolve, reject) => {
-    worker.addEventListener('message', (e: MessageEvent<FromTabWorker>) => {
-      if (e.data?.ev !== 'stage-round') return;
-      worker.terminate();
-      if (e.data.result) resolve(e.data.result);
-      else reject(new Error(e.data.error));
-    });
-    worker.postMessage({ cmd: 'stage-round', backend, inputs });
-  });
-}
+const stageRound = (backend: TabBackend, inputs: StageRoundInputs): Promise<StageRound> => inFreshWorker({ cmd: 'stage-round', backend, inputs }, 'stage-round');
 (window as unknown as { trainAtHomeBench?: object }).trainAtHomeBench = { benchLocal, stageRound };
 
 createRoot(document.getElementById('root')!).render(

@@ -405,7 +405,7 @@ function distance(a: Float32Array, b: Float32Array): number {
  * Two optimizer states (StageCompute.exportState): the step counts must be equal; the larger relative error of
  * AdamW's two moments, m and v (Infinity when the blobs differ in size or steps).
  */
-function momentsError(carried: Uint8Array, replayed: Uint8Array): number {
+export function momentsError(carried: Uint8Array, replayed: Uint8Array): number {
   if (carried.length !== replayed.length || carried.length < 8 || (carried.length - 8) % 8 !== 0) return Infinity;
   const a = new DataView(carried.buffer, carried.byteOffset, carried.byteLength);
   const b = new DataView(replayed.buffer, replayed.byteOffset, replayed.byteLength);
