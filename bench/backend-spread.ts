@@ -37,9 +37,9 @@
  */
 import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
-import { BatchSampler, PRESETS, Stage, decodeBoundary, deserializeWeights, exportStageWeights, stageSpecs, type ModelConfig, type RunLayout, type StageInput } from '@train-at-home/model';
+import { BatchSampler, PRESETS, Stage, decodeBoundary, exportStageWeights, stageSpecs, type ModelConfig, type RunLayout, type StageInput } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
-import { StageCompute, momentsError, runStageRound, type InnerTraining, type StageRound, type StageRoundInputs, type StageRoundMicrobatch } from '@train-at-home/swarm';
+import { StageCompute, distance, flatWeights, momentsError, runStageRound, type InnerTraining, type StageRound, type StageRoundInputs, type StageRoundMicrobatch } from '@train-at-home/swarm';
 import { launchBrowser, startCoordinator } from '../e2e/lib';
 import { finish, machine } from './lib';
 
@@ -151,11 +151,12 @@ for (const backend of ['wasm', 'webgl', 'webgpu'] as const) {
       if (want.loss !== undefined) row.lossAbsDiff = Math.abs(s.loss! - want.loss);
       return row;
     });
-    const start = floats(r.inputs.startWeights);
+    const flat = (bytes: Uint8Array): Float32Array => flatWeights(bytes, r.inputs.startWeights);
+    const start = flat(r.inputs.startWeights);
     const weights = got.weights.map((w) => {
-      const mine = floats(w.bytes);
-      const theirs = floats(ref.weights.find((x) => x.step === w.step)!.bytes);
-      return { step: w.step, relToUpdate: dist(mine, theirs) / dist(theirs, start), relToWeights: dist(mine, theirs) / norm(theirs), identical: dist(mine, theirs) === 0 };
+      const mine = flat(w.bytes);
+      const theirs = flat(ref.weights.find((x) => x.step === w.step)!.bytes);
+      return { step: w.step, relToUpdate: distance(mine, theirs) / distance(theirs, start), relToWeights: distance(mine, theirs) / norm(theirs), identical: distance(mine, theirs) === 0 };
     });
     const momentsRelErr = momentsError(got.state, ref.state);
     rows.push({ backend: got.backend, from: r.from, stage: r.stage, ms: got.ms, steps, weights, momentsRelErr });
@@ -215,21 +216,7 @@ function sameFrame(a: Uint8Array | undefined, b: Uint8Array | undefined): boolea
 function relErr(got: Uint8Array, want: Uint8Array, rows: number, cols: number): number {
   const g = decodeBoundary(got, { rows, cols, precision: 'int8' }).data;
   const w = decodeBoundary(want, { rows, cols, precision: 'int8' }).data;
-  return dist(g, w) / norm(w);
-}
-
-function floats(bytes: Uint8Array): Float32Array {
-  const tensors = deserializeWeights(bytes);
-  const out = new Float32Array(tensors.reduce((n, t) => n + t.data.length, 0));
-  let at = 0;
-  for (const t of tensors) (out.set(t.data, at), (at += t.data.length));
-  return out;
-}
-
-function dist(a: Float32Array, b: Float32Array): number {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += (a[i]! - b[i]!) ** 2;
-  return Math.sqrt(s);
+  return distance(g, w) / norm(w);
 }
 
 function norm(a: Float32Array): number {

@@ -139,8 +139,7 @@ export class Miner {
   /** Audits this miner answered, and ones it could not (no record of that round kept). */
   readonly audits = { answered: 0, missing: 0 };
   private readonly auditing = new Set<string>();
-  /** The merge this miner is paused for, if any. */
-  /** The merge in progress: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
+  /** The merge this miner is paused for, if any: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
   private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;

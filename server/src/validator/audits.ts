@@ -47,7 +47,7 @@ export interface AuditJob {
   transfers: ConfirmedTransfer[];
   reportedLosses: Array<[string, number]>;
   merge?: AuditInputs['merge'];
-  /** The miner's backend is not the validator's: its round is replayed within these bounds (thresholds.ts). */
+  /** The miner's backend is not the validator's: its round is replayed within these bounds (REPLAY_TOLERANCE, swarm/audit/replay.ts). */
   tolerance?: ReplayTolerance;
 }
 

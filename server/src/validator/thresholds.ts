@@ -78,4 +78,3 @@ export function judge(kind: CheckKind, m: Partial<OutputComparison> & { reported
 export function flagKind(kind: CheckKind): 'OUTPUT_MISMATCH' | 'GRADIENT_MISMATCH' | 'LOSS_MISREPORTED' {
   return kind === 'forward' ? 'OUTPUT_MISMATCH' : kind === 'backward' ? 'GRADIENT_MISMATCH' : 'LOSS_MISREPORTED';
 }
-

@@ -135,10 +135,8 @@ export interface ReplayTolerance {
  * 5e-2 of the update, a lazy learner 1. Measured for rounds of up to 20 inner steps of `tiny`; the end
  * weights drift further with more steps (on stage 1, 7.8e-5 at 20 against 2.8e-6 at 10), which a longer round would need measured.
  */
-export const REPLAY_TOLERANCE: Partial<Record<string, ReplayTolerance>> = {
-  webgl: { frame: 4e-3, loss: 1e-4, weights: 1e-3, moments: 5e-3 },
-  webgpu: { frame: 4e-3, loss: 1e-4, weights: 1e-3, moments: 5e-3 },
-};
+const BROWSER_GPU_TOLERANCE: ReplayTolerance = { frame: 4e-3, loss: 1e-4, weights: 1e-3, moments: 5e-3 };
+export const REPLAY_TOLERANCE: Partial<Record<string, ReplayTolerance>> = { webgl: BROWSER_GPU_TOLERANCE, webgpu: BROWSER_GPU_TOLERANCE };
 
 const fromHex = (h: string): Uint8Array => Uint8Array.from(h.match(/../g)!.map((b) => parseInt(b, 16)));
 
@@ -380,7 +378,7 @@ function compare(compute: StageCompute, sent: Uint8Array, replayed: tf.Tensor2D,
 }
 
 /** A stage's weights blob as one vector, in the order of `like`'s tensors (each checked by name and size). */
-function flatWeights(blob: Uint8Array, like: Uint8Array): Float32Array {
+export function flatWeights(blob: Uint8Array, like: Uint8Array): Float32Array {
   const order = deserializeWeights(like);
   const byName = new Map(deserializeWeights(blob).map((t) => [t.name, t]));
   if (byName.size !== order.length) throw new Error('not this stage\'s tensors');
@@ -395,7 +393,8 @@ function flatWeights(blob: Uint8Array, like: Uint8Array): Float32Array {
   return out;
 }
 
-function distance(a: Float32Array, b: Float32Array): number {
+/** Euclidean distance of two vectors of one length. */
+export function distance(a: Float32Array, b: Float32Array): number {
   let s = 0;
   for (let i = 0; i < a.length; i++) s += (a[i]! - b[i]!) ** 2;
   return Math.sqrt(s);
