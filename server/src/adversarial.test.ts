@@ -131,18 +131,27 @@ describe('the validator against cheaters', () => {
     }
     // Each miner's audits and merge rounds (to see why a cheater was or was not caught).
     const audits = await app.db.query<{ miner_id: string; status: string; reason: string | null }>('SELECT miner_id, status, reason FROM audits ORDER BY created_at');
+    // Printed, and kept for the assertion's message below (a CI log keeps only its tail).
+    const skipEvidence: string[] = [];
+    const evidence = (line: string): void => {
+      console.log(line);
+      skipEvidence.push(line);
+    };
     for (const a of await app.db.query<{ miner_id: string; stage: number; round: number; reason: string; detail: unknown; created_at: Date }>(`SELECT miner_id, stage, round, reason, detail, created_at FROM audits WHERE reason IN ('NO_CHECKPOINT', 'START_UNCOMMITTED') ORDER BY created_at`)) {
-      console.log(`adversarial: ${a.reason} ${role(a.miner_id)} ${a.miner_id.slice(0, 8)} stage ${a.stage} round ${a.round} at ${a.created_at.toISOString()}: ${JSON.stringify(a.detail)}`);
+      evidence(`adversarial: ${a.reason} ${role(a.miner_id)} ${a.miner_id.slice(0, 8)} stage ${a.stage} round ${a.round} at ${a.created_at.toISOString()}: ${JSON.stringify(a.detail)}`);
       // The miner's commitments and merge outcomes on that stage (to see where the weights its record starts from came from).
-      const ready = await app.db.query<{ round: number; weights_hash: string; ready_at: Date }>('SELECT round, weights_hash, ready_at FROM round_commitments WHERE miner_id = $1 AND stage = $2 ORDER BY round', [a.miner_id, a.stage]);
+      const ready = await app.db.query<{ round: number; weights_hash: string; ready_at: Date; start_round: number | null; start_hash: string | null }>(
+        'SELECT round, weights_hash, ready_at, start_round, start_hash FROM round_commitments WHERE miner_id = $1 AND stage = $2 ORDER BY round',
+        [a.miner_id, a.stage],
+      );
       const merged = await app.db.query<{ epoch: number; at: string | null; hash: string | null; participant: boolean; agreed: string | null }>(
         'SELECT epoch, merged_at ->> $1 AS at, merged_hashes ->> $1 AS hash, participants ? $1 AS participant, merged_hash AS agreed FROM epochs WHERE stage = $2 ORDER BY epoch',
         [a.miner_id, a.stage],
       );
       const events = await app.db.query<{ round: number; kind: string; detail: unknown }>('SELECT round, kind, detail FROM merge_events WHERE stage = $1 AND miner_id = $2 ORDER BY round', [a.stage, a.miner_id]);
       const moved = await app.db.query<{ stage: number; stage_since: Date }>('SELECT stage, stage_since FROM miners WHERE id = $1', [a.miner_id]);
-      console.log(
-        `adversarial: ${a.reason} ${a.miner_id.slice(0, 8)} ready ${JSON.stringify(ready.map((r) => [r.round, r.weights_hash.slice(0, 8), r.ready_at.toISOString()]))} ` +
+      evidence(
+        `adversarial: ${a.reason} ${a.miner_id.slice(0, 8)} ready ${JSON.stringify(ready.map((r) => [r.round, r.weights_hash.slice(0, 8), r.ready_at.toISOString(), r.start_round, r.start_hash?.slice(0, 8) ?? null]))} ` +
           `merges ${JSON.stringify(merged.map((m) => [m.epoch, m.participant, m.hash?.slice(0, 8) ?? null, m.agreed?.slice(0, 8) ?? null, m.at]))} events ${JSON.stringify(events)} now ${JSON.stringify(moved)}`,
       );
     }
@@ -175,9 +184,15 @@ describe('the validator against cheaters', () => {
       console.log(`adversarial: HONEST FAILED ${c.miner_id.slice(0, 8)} ${c.kind} ${c.activation_id.slice(0, 8)} round ${c.reference_round} at ${c.created_at.toISOString()}: ${JSON.stringify(c.metrics)}`);
     // Every audited round of an honest miner had weights to start from: the round's agreed checkpoint (asked of
     // another replica when the one named did not send it), or its own weights in its record when its merge ended elsewhere.
-    expect(audits.filter((a) => honest.includes(a.miner_id) && ['NO_CHECKPOINT', 'START_UNCOMMITTED'].includes(a.reason ?? ''))).toEqual([]);
+    expect(audits.filter((a) => honest.includes(a.miner_id) && ['NO_CHECKPOINT', 'START_UNCOMMITTED'].includes(a.reason ?? '')), skipEvidence.join('\n')).toEqual([]);
     // No honest miner is flagged, and none failed an exact replay.
-    expect(flags.filter((f) => honest.includes(f.miner_id))).toEqual([]);
+    expect(
+      flags.filter((f) => honest.includes(f.miner_id)),
+      honestFlags
+        .filter((f) => honest.includes(f.miner_id))
+        .map((f) => `${f.miner_id.slice(0, 8)}: ${f.reason} ${JSON.stringify(f.evidence).slice(0, 1500)}`)
+        .join('\n'),
+    ).toEqual([]);
     expect(checks.filter((c) => honest.includes(c.miner_id) && !c.passed)).toEqual([]);
     // Every cheater is flagged, with the right reason among its flags.
     for (const [id, name] of cheaters) expect(flags.some((f) => f.miner_id === id && (CHEATS[name].flags as readonly string[]).includes(f.kind)), name).toBe(true);

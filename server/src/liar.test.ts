@@ -101,4 +101,57 @@ describe('a lying owner in a real merge', () => {
     await expect.poll(stored, { timeout: 60_000, interval: 250 }).toBe(outcome.hash);
     expect(miner!.rejoined).toBeGreaterThan(rejoined);
   });
+
+  it('a round whose start was never reported (every report of its merge lost) is audited from the start committed with merge-ready', async () => {
+    // Stage 2's three honest replicas, every one drawn (while the validator keeps up).
+    const replicas = miners.filter((m) => m.registration?.stage === 1);
+    expect(replicas.length).toBe(3);
+    const ids = replicas.map((m) => m.registration!.minerId);
+    app.coordinator.run.incentives.auditRate = 1;
+    // From the next merge round on, every other round's reports go nowhere, with the connections up: nobody sends
+    // one again, such a round has no agreed weights, and the weights the round after it starts from were reported by
+    // nobody. (The rounds between are reported: only replicas that merged with the majority are drawn.)
+    const lost = app.coordinator.phases.status()[1]!.round + 1;
+    for (const id of ids) {
+      app.coordinator.sockets.get(id)!.use(([event, payload], next) => {
+        const round = (payload as { round: number }).round;
+        if (event === 'merged' && round >= lost && (round - lost) % 2 === 0) return;
+        next();
+      });
+    }
+    type Audit = { round: number; miner_id: string; status: string; reason: string | null; detail: unknown };
+    const audited = async (): Promise<Audit[]> =>
+      app.db.query<Audit>(
+        `SELECT round, miner_id, status, reason, detail FROM audits WHERE stage = 1 AND round > $1 AND (round - $1) % 2 = 1 AND miner_id = ANY($2::text[]) AND status NOT IN ('open', 'replaying') ORDER BY round`,
+        [lost, ids],
+      );
+    // Audits of rounds that began from an unreported merge, answered and replayed (the rate is halved while the validator is behind: not every round is drawn).
+    await expect
+      .poll(async () => (await audited()).length, { timeout: 300_000, interval: 1000 })
+      .toBeGreaterThanOrEqual(1)
+      .catch(async (e: unknown) => {
+        console.log(`liar: reports lost from round ${lost}; rounds now ${JSON.stringify(app.coordinator.phases.status())}`);
+        console.log(`liar: audits ${JSON.stringify(await app.db.query('SELECT round, miner_id, status, reason FROM audits WHERE stage = 1 AND round >= $1 ORDER BY round', [lost]))}`);
+        console.log(`liar: rounds ${JSON.stringify(await app.db.query('SELECT epoch, participants, merged_hash, merged_hashes FROM epochs WHERE stage = 1 AND epoch >= $1 ORDER BY epoch', [lost]))}`);
+        throw e;
+      });
+    const audits = await audited();
+    expect(audits.map((a) => [a.status, a.reason]), JSON.stringify(audits)).toEqual(audits.map(() => ['passed', null]));
+    let fromMerged = 0;
+    for (const a of audits) {
+      // The round began where the replica committed, with merge-ready, that it began: a merge round whose report never arrived.
+      const [start] = await app.db.query<{ start_round: number; start_hash: string }>('SELECT start_round, start_hash FROM round_commitments WHERE stage = 1 AND round = $1 AND miner_id = $2', [a.round, a.miner_id]);
+      expect(start!.start_round).toBeGreaterThanOrEqual(lost);
+      const [anchor] = await app.db.query<{ agreed: string | null; reported: string | null; own: string | null }>(
+        `SELECT merged_hash AS agreed, merged_hashes ->> $3 AS reported, (SELECT weights_hash FROM round_commitments c WHERE c.stage = $1 AND c.round = $2 AND c.miner_id = $3) AS own
+         FROM epochs WHERE stage = $1 AND epoch = $2`,
+        [1, start!.start_round, a.miner_id],
+      );
+      expect(anchor).toMatchObject({ agreed: null, reported: null });
+      // Its weights after that merge (not its own end state, as after a merge that failed here): replayed only from this commitment.
+      const merge = replicas.find((m) => m.registration!.minerId === a.miner_id)!.merges.find((m) => m.stage === 1 && m.round === start!.start_round && m.ok);
+      if (merge && start!.start_hash === merge.hash && start!.start_hash !== anchor!.own) fromMerged++;
+    }
+    expect(fromMerged).toBeGreaterThan(0);
+  });
 });

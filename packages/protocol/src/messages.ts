@@ -131,6 +131,12 @@ export const ClientEvents = {
        * root with where the round leads.
        */
       contributionRoots: Type.Object({ outer: Sha256Hex, average: Sha256Hex }, { additionalProperties: false }),
+      /**
+       * Where the round began: the merge round whose weights it started from (0: the run's initial weights) and
+       * their content hash. An audit's record must start there; and when the replica's report of that merge never
+       * arrived, this commitment (made before the draw) is what the audit replays from.
+       */
+      start: Type.Optional(Type.Object({ round: Type.Integer({ minimum: 0, maximum: INT4_MAX }), hash: Sha256Hex }, { additionalProperties: false })),
     },
     { additionalProperties: false },
   ),

@@ -590,6 +590,8 @@ export class Miner {
       // The round's record is kept from here, whatever the merge does (an audit may draw it); a merge that goes through
       // starts the next from the merged weights, else it goes on from this committed end state.
       // On a backend whose replay is not bit-exact, the record keeps that end state too (an audit compares within a tolerance).
+      // Where it began is committed beside its end.
+      const start = this.recorder?.begun();
       this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND);
       await request(this.socket!, 'merge-ready', {
         v: PROTOCOL_VERSION,
@@ -600,6 +602,7 @@ export class Miner {
         weightsHash,
         optimizerHash,
         contributionRoots: prepared.roots,
+        ...(start ? { start } : {}),
       });
       // Committed: the record of this round is closed (above), so in-flight forwards belong to it.
       worker.roundEnded();

@@ -380,4 +380,13 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE round_commitments ADD COLUMN outer_root text, ADD COLUMN average_root text;
     `,
   },
+  {
+    version: 14,
+    name: 'where each committed round began',
+    sql: `
+      -- The merge round and weights hash a replica's round started from, sent with merge-ready: an audit's
+      -- record must start there, and it is what the audit replays from when the replica's report of that merge was lost.
+      ALTER TABLE round_commitments ADD COLUMN start_round integer, ADD COLUMN start_hash text;
+    `,
+  },
 ];

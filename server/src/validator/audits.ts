@@ -176,8 +176,8 @@ export class Auditor {
 
   private async replay(auditId: string, stage: number, round: number, minerId: string, record: RoundRecord, bytes: Uint8Array): Promise<void> {
     const c = this.c;
-    const [end] = await c.db.query<{ weights_hash: string; optimizer_hash: string; ready_at: Date; outer_root: string | null; average_root: string | null }>(
-      'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
+    const [end] = await c.db.query<{ weights_hash: string; optimizer_hash: string; ready_at: Date; outer_root: string | null; average_root: string | null; start_round: number | null; start_hash: string | null }>(
+      'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
       [c.runId, stage, round, minerId],
     );
     // Computed on another backend than this validator's: replayed within that backend's measured spread (thresholds.ts).
@@ -196,19 +196,28 @@ export class Auditor {
     // Where the window of "sent in the round" came from, kept with the verdict (evidence for an AUDIT_INCOMPLETE).
     const window = { anchorRound: record.anchorRound, from: String(from instanceof Date ? from.toISOString() : from), by: anchor?.at ? 'anchor-merged' : previous?.at ? 'previous-ready' : given?.at ? 'stage-given' : 'none', to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
     let startWeights: Uint8Array | undefined;
+    // The record is the one committed: it starts where the miner said, with merge-ready, its round began.
+    if (end?.start_hash != null && (record.anchorRound !== end.start_round || record.anchorHash !== end.start_hash)) {
+      const detail = { anchorRound: record.anchorRound, anchorHash: record.anchorHash, committed: { round: end.start_round, hash: end.start_hash } };
+      await this.finish(auditId, 'failed', 'AUDIT_START_MISMATCH', detail, 0);
+      this.stats.failed++;
+      await c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: AUDIT_START_MISMATCH: its record starts elsewhere than the start it committed with merge-ready`, { auditId, stage, round, ...detail });
+      return;
+    }
     if (record.anchorRound > 0) {
       // The weights a round starts from are the anchor merge's agreed ones, or the ones this miner reported
       // for it (its merge ended elsewhere), or, when it reported no merged weights for that round (its merge failed
-      // or never came: a failed merge changes nothing), its own end state committed with merge-ready for it (the
-      // record then carries those weights): all known before the audit was drawn.
-      // Anything else is a lie.
+      // or never came: a failed merge changes nothing), its own end state committed with merge-ready for it, or, when
+      // its report of that merge was lost with its connection, the start it committed with this round's merge-ready
+      // (the record then carries those weights; the round whose report is missing went unpaid as 'missed'): all known
+      // before the audit was drawn. Anything else is a lie.
       const [anchored] = await c.db.query<{ agreed: string | null; reported: string | null; own: string | null }>(
         `SELECT e.merged_hash AS agreed, e.merged_hashes ->> $4 AS reported,
                 (SELECT weights_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4) AS own
          FROM epochs e WHERE e.run_id = $1 AND e.stage = $2 AND e.epoch = $3`,
         [c.runId, stage, record.anchorRound, minerId],
       );
-      if (record.anchorHash !== anchored?.agreed && record.anchorHash !== anchored?.reported && !(!anchored?.reported && record.anchorHash === anchored?.own && record.anchorWeights)) {
+      if (record.anchorHash !== anchored?.agreed && record.anchorHash !== anchored?.reported && !(!anchored?.reported && record.anchorWeights && (record.anchorHash === anchored?.own || record.anchorHash === end?.start_hash))) {
         const detail = { anchorRound: record.anchorRound, anchorHash: record.anchorHash, agreed: anchored?.agreed ?? null, reported: anchored?.reported ?? null };
         if (!anchored?.reported) {
           // Its report of that merge never arrived: its weights then are unknown, and an honest miner's report can be lost.

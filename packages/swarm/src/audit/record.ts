@@ -214,6 +214,11 @@ export class RoundRecorder {
     this.current.ops.push(op);
   }
 
+  /** Where the round in progress began: the merge round of its start weights, and their hash (committed with merge-ready, beside its end). */
+  begun(): { round: number; hash: string } | undefined {
+    return this.current ? { round: this.current.anchorRound, hash: this.current.anchorHash } : undefined;
+  }
+
   /** The round in progress ended with `merge-ready` for this merge round (it goes on if the merge then does not happen for this miner). */
   ready(round: number): void {
     if (this.current) this.current.round = round;
