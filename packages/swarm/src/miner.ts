@@ -1,7 +1,7 @@
-import { PRESETS, assignedWindows, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { PRESETS, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
 import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
-import { RoundRecorder, encodeRecord } from './audit/record';
+import { MAX_RECORD_BYTES, RoundRecorder, encodeRecord, recordFloorBytes } from './audit/record';
 import { EXACT_REPLAY_BACKEND } from './audit/replay';
 import { OuterOptimizer } from './allreduce/outer';
 import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
@@ -366,7 +366,7 @@ export class Miner {
     socket.on('merge', (m: MergeStart) => void this.onMergeStart(m));
     socket.on('merge-go', (m: MergeGo) => void this.onMergeGo(m));
     socket.on('probe', (m: ProbeRequest) => void this.onProbe(m));
-    socket.on('audit', (m: AuditRequest) => void this.onAudit(m));
+    socket.on('audit', (m: AuditRequest) => void this.onAudit(m).catch((e: Error) => log(`audit of round ${m?.round} not answered: ${e.message}`)));
     // The round's checkpoint did not come in from the replica named to send it: this one has the same weights.
     socket.on('checkpoint', (m: CheckpointRequest) => {
       const last = this.lastMerged;
@@ -487,7 +487,7 @@ export class Miner {
       },
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: () => this.sinceMerge++,
-      onOp: (op) => recorder.add(op),
+      onOp: (op) => recorder?.add(op),
       // The last stage refuses microbatches whose tokens are not the windows their id is assigned (FOREIGN_TOKENS).
       checkTokens: model.spec.isLast ? (id, batch) => this.foreignTokens(layout, id, batch) : undefined,
       deviceCodec: this.o.deviceCodec,
@@ -496,10 +496,14 @@ export class Miner {
     this.worker = worker;
     // tokens/s counts from here: with one sample only, a miner training its first microbatches showed 0.
     this.rate.push([performance.now(), 0, 0]);
-    // The first round starts from the weights just loaded and a fresh optimizer.
-    const recorder = new RoundRecorder(registration.runId, minerId, stage);
-    const startWeights = await exportStageWeights(model);
-    recorder.start(anchorRound, contentHash(startWeights), await worker.compute.exportState(), startWeights);
+    // The first round starts from the weights just loaded and a fresh optimizer. A stage whose record could not be
+    // uploaded keeps none (the validator draws none of its rounds): gigabytes of host memory, for nothing.
+    const floor = recordFloorBytes(countStageParameters(model.spec), this.o.backend !== EXACT_REPLAY_BACKEND);
+    const recorder = floor <= MAX_RECORD_BYTES ? new RoundRecorder(registration.runId, minerId, stage) : undefined;
+    if (recorder) {
+      const startWeights = await exportStageWeights(model);
+      recorder.start(anchorRound, contentHash(startWeights), await worker.compute.exportState(), startWeights);
+    } else log(`stage ${stage + 1}'s rounds are not recorded: a record would take at least ${Math.round(floor / 2 ** 20)} MiB, over the ${MAX_RECORD_BYTES / 2 ** 20} MiB an audit uploads`);
     // Each recorder holds its last rounds with their start weights: one past stage is enough.
     this.previousRecorder = this.recorder ?? this.previousRecorder;
     this.recorder = recorder;

@@ -1,4 +1,4 @@
-import { PRESETS, WeightsError, checkStageWeights, contentHash, paramSpecs, stageSpecs, type StageSpec } from '@train-at-home/model';
+import { PRESETS, WeightsError, checkStageWeights, contentHash, countStageParameters, stageSpecs, type StageSpec } from '@train-at-home/model';
 import { verifySignature } from '@train-at-home/protocol';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Coordinator } from '../coordinator';
@@ -13,7 +13,7 @@ const HEADER_ROOM_BYTES = 1024 * 1024;
  * from its content-length, unread.
  */
 export function checkpointLimitBytes(specs: StageSpec[]): number {
-  return Math.max(...specs.map((s) => paramSpecs(s).reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0))) * 4 + HEADER_ROOM_BYTES;
+  return Math.max(...specs.map(countStageParameters)) * 4 + HEADER_ROOM_BYTES;
 }
 /** Checkpoints kept per stage; older ones are deleted, but for those an audit still to replay may start from. */
 export const KEEP_CHECKPOINTS = 3;

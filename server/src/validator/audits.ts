@@ -1,6 +1,7 @@
 import { auditCommitment, isAudited } from '@train-at-home/incentives';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
-import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
+import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, recordFloorBytes, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
+import { PRESETS, countStageParameters, stageSpecs } from '@train-at-home/model';
 import { randomBytes } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
 import type { ValidatorProcess } from './client';
@@ -83,7 +84,12 @@ export class Auditor {
   constructor(
     private readonly c: Coordinator,
     private readonly validator: ValidatorProcess,
-  ) {}
+  ) {
+    this.stageParameters = stageSpecs(PRESETS[c.run.preset], c.run).map(countStageParameters);
+  }
+
+  /** Each stage's parameter count (what its records hold at least). */
+  private readonly stageParameters: number[];
 
   private get rate(): number {
     return this.c.run.incentives.auditRate ?? 0;
@@ -128,6 +134,13 @@ export class Auditor {
       if (miner?.backend !== AUDIT_BACKEND && !REPLAY_TOLERANCE[miner?.backend ?? '']) {
         // Another backend's arithmetic differs in its last bits: an exact replay would fail an honest miner, and none is measured for this one.
         await this.insert(id, stage, round, minerId, 'skipped', 'BACKEND', { backend: miner?.backend ?? null }, 0);
+        this.stats.skipped++;
+        continue;
+      }
+      // A record of this stage could not be uploaded (the miner keeps none: audit/record.ts).
+      const floor = recordFloorBytes(this.stageParameters[stage] ?? 0, miner?.backend !== EXACT_REPLAY_BACKEND);
+      if (floor > MAX_RECORD_BYTES) {
+        await this.insert(id, stage, round, minerId, 'skipped', 'RECORD_TOO_LARGE', { bytes: floor, limit: MAX_RECORD_BYTES }, 0);
         this.stats.skipped++;
         continue;
       }

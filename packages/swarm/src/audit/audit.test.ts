@@ -1,11 +1,11 @@
 import * as tf from '@tensorflow/tfjs';
-import { PRESETS, Stage, assignedWindows, contentHash, exportStageWeights, stageSpecs, type RunLayout } from '@train-at-home/model';
+import { PRESETS, Stage, assignedWindows, contentHash, countStageParameters, exportStageWeights, stageSpecs, type RunLayout } from '@train-at-home/model';
 import { initNodeBackend } from '@train-at-home/model/node';
 import { payloadHashHex, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Mesh } from '../mesh';
 import { PipelineWorker, type Misbehaviour } from '../pipeline';
-import { RoundRecorder, decodeRecord, encodeRecord, RecordError } from './record';
+import { MAX_RECORD_BYTES, RoundRecorder, decodeRecord, encodeRecord, RecordError, recordFloorBytes } from './record';
 import { OuterOptimizer } from '../allreduce/outer';
 import { roundPartitionMap } from '../allreduce/butterfly';
 import { contributionRoot } from '../allreduce/commitment';
@@ -139,6 +139,28 @@ async function audit(round: Round, k: number, record = round.recorders[k]!.find(
 }
 
 describe('whole-round audits', () => {
+  it('knows which stages a record cannot be uploaded for: none of tiny or small, on any backend; every stage of gpu', async () => {
+    const floors = (preset: 'tiny' | 'small' | 'gpu', stages: number, keepsEnd: boolean): number[] =>
+      stageSpecs(PRESETS[preset], { stages, bottleneck: 32, int8: true }).map((s) => recordFloorBytes(countStageParameters(s), keepsEnd));
+    for (const keepsEnd of [false, true]) {
+      expect(floors('tiny', 3, keepsEnd).every((b) => b <= MAX_RECORD_BYTES)).toBe(true);
+      expect(floors('small', 3, keepsEnd).every((b) => b <= MAX_RECORD_BYTES)).toBe(true);
+      expect(floors('gpu', 3, keepsEnd).every((b) => b > MAX_RECORD_BYTES)).toBe(true);
+      expect(floors('gpu', 4, keepsEnd).every((b) => b > MAX_RECORD_BYTES)).toBe(true);
+    }
+    // The floor is what a record of one step holds at least: its start weights and optimizer state (and, kept, its end).
+    const spec = stageSpecs(config, layout)[1]!;
+    const stage = new Stage(spec, 7);
+    const weights = await exportStageWeights(stage);
+    const moments = new Uint8Array(countStageParameters(spec) * 8);
+    const recorder = new RoundRecorder(1, 'f'.repeat(64), 1);
+    recorder.start(0, contentHash(weights), moments, weights);
+    recorder.close(1, contentHash(weights), moments, weights, true);
+    expect(weights.length).toBeGreaterThanOrEqual(countStageParameters(spec) * 4);
+    expect(encodeRecord(recorder.find(1)!).length).toBeGreaterThanOrEqual(recordFloorBytes(countStageParameters(spec), true));
+    stage.dispose();
+  });
+
   it('replays every honest miner\'s round exactly, through its record\'s binary form', async () => {
     const round = await runRound(4);
     for (let k = 0; k < 3; k++) {

@@ -16,6 +16,15 @@
 export const RECORD_MAGIC = 0x52484154;
 /** The largest record a miner uploads or the coordinator accepts. */
 export const MAX_RECORD_BYTES = 64 * 1024 * 1024;
+/**
+ * The fewest bytes a record of a stage holding `parameters` values takes: its start weights (fp32) and optimizer
+ * state (AdamW's two moments), and, from a backend whose replay is not exact, its end weights and state as well.
+ * Over MAX_RECORD_BYTES (every stage of the `gpu` preset: ~0.85 GB) a round cannot be uploaded for an audit: its
+ * miners keep no records, and the validator draws none of its rounds (skipped, RECORD_TOO_LARGE).
+ */
+export function recordFloorBytes(parameters: number, keepsEnd: boolean): number {
+  return parameters * (4 + 8) * (keepsEnd ? 2 : 1);
+}
 /** Ops in one round's record (a round is `merge.every` microbatches, or what fits in `maxTrainingMs`). */
 export const MAX_RECORD_OPS = 4096;
 
