@@ -114,8 +114,8 @@ describe('a lying owner in a real merge', () => {
     const lost = app.coordinator.phases.status()[1]!.round + 1;
     for (const id of ids) {
       app.coordinator.sockets.get(id)!.use(([event, payload], next) => {
-        const round = (payload as { round: number }).round;
-        if (event === 'merged' && round >= lost && (round - lost) % 2 === 0) return;
+        const round = event === 'merged' ? (payload as { round: number }).round : -1;
+        if (round >= lost && (round - lost) % 2 === 0) return;
         next();
       });
     }

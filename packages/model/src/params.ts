@@ -54,12 +54,12 @@ export function paramSpecs(spec: StageSpec): ParamSpec[] {
 
 export type Params = Record<string, tf.Tensor>;
 
-/** Deterministic initial values: each tensor is seeded by (run seed, its name). */
 /** How many values a stage's parameters hold (its weights blob is 4 bytes each, plus a header). */
 export function countStageParameters(spec: StageSpec): number {
   return paramSpecs(spec).reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0);
 }
 
+/** Deterministic initial values: each tensor is seeded by (run seed, its name). */
 export function initParams(spec: StageSpec, seed: number): Record<string, tf.Variable> {
   const out: Record<string, tf.Variable> = {};
   for (const p of paramSpecs(spec)) {

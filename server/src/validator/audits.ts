@@ -193,7 +193,7 @@ export class Auditor {
       'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
       [c.runId, stage, round, minerId],
     );
-    // Computed on another backend than this validator's: replayed within that backend's measured spread (thresholds.ts).
+    // Computed on another backend than this validator's: replayed within that backend's measured spread (REPLAY_TOLERANCE, swarm/audit/replay.ts).
     const [registered] = await c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, c.runId]);
     const tolerance = registered && registered.backend !== AUDIT_BACKEND ? REPLAY_TOLERANCE[registered.backend] : undefined;
     const [start] = record.anchorRound > 0
@@ -212,16 +212,13 @@ export class Auditor {
     // The record is the one committed: it starts where the miner said, with merge-ready, its round began.
     if (end?.start_hash != null && (record.anchorRound !== end.start_round || record.anchorHash !== end.start_hash)) {
       const detail = { anchorRound: record.anchorRound, anchorHash: record.anchorHash, committed: { round: end.start_round, hash: end.start_hash } };
-      await this.finish(auditId, 'failed', 'AUDIT_START_MISMATCH', detail, 0);
-      this.stats.failed++;
-      await c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: AUDIT_START_MISMATCH: its record starts elsewhere than the start it committed with merge-ready`, { auditId, stage, round, ...detail });
-      return;
+      return this.startMismatch(auditId, minerId, stage, round, 'its record starts elsewhere than the start it committed with merge-ready', detail);
     }
     if (record.anchorRound > 0) {
       // The weights a round starts from are the anchor merge's agreed ones, or the ones this miner reported
       // for it (its merge ended elsewhere), or, when it reported no merged weights for that round (its merge failed
       // or never came: a failed merge changes nothing), its own end state committed with merge-ready for it, or, when
-      // its report of that merge was lost with its connection, the start it committed with this round's merge-ready
+      // its report of that merge never arrived (lost, refused or timed out), the start it committed with this round's merge-ready
       // (the record then carries those weights; the round whose report is missing went unpaid as 'missed'): all known
       // before the audit was drawn. Anything else is a lie.
       const [anchored] = await c.db.query<{ agreed: string | null; reported: string | null; own: string | null }>(
@@ -238,10 +235,7 @@ export class Auditor {
           this.stats.skipped++;
           return;
         }
-        await this.finish(auditId, 'failed', 'AUDIT_START_MISMATCH', detail, 0);
-        this.stats.failed++;
-        await c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: AUDIT_START_MISMATCH: it starts from weights that are neither round ${record.anchorRound}'s nor the ones it reported`, { auditId, stage, round, ...detail });
-        return;
+        return this.startMismatch(auditId, minerId, stage, round, `it starts from weights that are neither round ${record.anchorRound}'s nor the ones it reported`, detail);
       }
       // The record carries them (checked against anchorHash in the replay); else the stage's checkpoint of that round.
       if (!record.anchorWeights) {
@@ -317,6 +311,13 @@ export class Auditor {
     await this.finish(auditId, 'failed', verdict.reason ?? 'AUDIT_FAILED', { ...verdict, window }, verdict.ms);
     this.stats.failed++;
     await c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: ${verdict.reason}: ${verdict.detail ?? ''}`.trim(), { auditId, stage, round, ...verdict, window });
+  }
+
+  /** The record does not start from weights it may start from: failed, and the miner flagged, before any replay. */
+  private async startMismatch(auditId: string, minerId: string, stage: number, round: number, why: string, detail: object): Promise<void> {
+    await this.finish(auditId, 'failed', 'AUDIT_START_MISMATCH', detail, 0);
+    this.stats.failed++;
+    await this.c.flags.raise(minerId, 'AUDIT_FAILED', `its round ${round} on stage ${stage + 1} did not replay: AUDIT_START_MISMATCH: ${why}`, { auditId, stage, round, ...detail });
   }
 
   private async finish(auditId: string, status: string, reason: string | null, detail: object, ms: number): Promise<void> {
