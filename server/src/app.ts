@@ -21,6 +21,7 @@ import { rewardRoutes } from './routes/rewards';
 import { statusRoutes } from './routes/status';
 import { rewardsSettings, type RewardsOptions } from './rewards/settings';
 import { defaultRunConfig, type RunOverrides } from './run-config';
+import { networkSettings, type NetworkSettings } from './network';
 import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
 import { Validator } from './validator';
@@ -43,6 +44,8 @@ export interface AppOptions {
   socketRates?: Partial<SocketRates>;
   /** The dashboard's live feed: how often viewers get an update. */
   dashboard?: { pushMs?: number };
+  /** STUN and TURN servers, the TURN secret and the coordinator's frame relay (network.ts); none, and the relay off, by default. */
+  network?: Partial<NetworkSettings>;
   /** Headless miners the coordinator starts on its own machine for stages nobody holds (local-miners.ts); none by default. */
   localMiners?: Partial<LocalMinerOptions>;
 }
@@ -141,6 +144,7 @@ function serveAppPages(fastify: FastifyInstance, indexHtml: string): void {
 export async function buildApp(options: AppOptions = {}): Promise<App> {
   await cryptoReady();
   const rewards = rewardsSettings(options.rewards); // a bad domain fails here, before anything opens
+  const network = networkSettings(options.network); // so does a bad STUN or TURN setting
   const limits = { ...DEFAULT_HTTP_LIMITS, ...options.http };
   const fastify = Fastify({
     logger: options.logger ?? false,
@@ -170,6 +174,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   });
   const db = await openDatabase(options.database ?? {});
   const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
+  coordinator.setNetwork(network);
   // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
   const [seen] = await db.query<{ at: Date | string | null }>(`SELECT max(last_seen_at) AS at FROM miners WHERE run_id = $1`, [coordinator.runId]);
   if (seen?.at) coordinator.outage = { from: new Date(seen.at).toISOString(), to: new Date().toISOString() };

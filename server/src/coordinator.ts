@@ -8,12 +8,17 @@ import { PhaseMachine } from './phases';
 import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
 import { rebalanceStages } from './socket/registration';
 import { Flags } from './validator/flags';
+import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
   readonly sockets = new Map<string, Socket>();
   /** Bytes the coordinator carried for miners: signaling, and frames where no direct path exists. */
   readonly relayed = { signalBytes: 0, frameBytes: 0 };
+  /** STUN, TURN and the relay (network.ts): what miners are told at registration and on 'ice'. */
+  network: NetworkSettings = DEFAULT_NETWORK;
+  /** Each miner's relayed bytes this minute, against network.relay.bytesPerMinute. */
+  relayBudget = new RelayBudget(DEFAULT_NETWORK.relay.bytesPerMinute);
   readonly phases: PhaseMachine;
   /** Microbatches that exist (announced by the stage-0 miner that made them). */
   readonly activations: ActivationRegistry;
@@ -38,6 +43,12 @@ export class Coordinator {
     this.flags = new Flags(this);
     const preset = PRESETS[run.preset];
     this.live = new LiveState(run.stages, run.training.batchSize * preset.contextLength * preset.dModel * 4);
+  }
+
+  /** New network settings (checked first): later registrations and 'ice' requests get them; a changed TURN secret takes effect at once. */
+  setNetwork(overrides: Partial<NetworkSettings>): void {
+    this.network = networkSettings(overrides);
+    this.relayBudget = new RelayBudget(this.network.relay.bytesPerMinute);
   }
 
   /** Loads the run by name, creating it on first start; a restart resumes the same run. */

@@ -12,6 +12,11 @@
  * A hosted coordinator, whose stages are held by its visitors, sets 0.
  * A new run with local miners settles an emission epoch every two minutes
  * (LOCAL_INCENTIVES); with --local-miners 0, every hour (DEFAULT_INCENTIVES).
+ * --stun URL,… and --turn URL,… (or TAH_STUN, TAH_TURN) name the STUN and TURN
+ * servers miners use (none by default: no public server); TAH_TURN_SECRET is
+ * coturn's static-auth-secret, from which per-miner credentials are minted
+ * (network.ts; README, "TURN"). --relay on|off (TAH_RELAY): the coordinator's
+ * own frame relay, capped per miner; off by default with --local-miners 0.
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +37,9 @@ const { values } = parseArgs({
     run: { type: 'string', default: 'default' },
     domain: { type: 'string', default: process.env.TAH_DOMAIN },
     'local-miners': { type: 'string', default: process.env.TAH_LOCAL_MINERS ?? 'auto' },
+    stun: { type: 'string', default: process.env.TAH_STUN ?? '' },
+    turn: { type: 'string', default: process.env.TAH_TURN ?? '' },
+    relay: { type: 'string', default: process.env.TAH_RELAY },
     'data-dir': { type: 'string', default: fileURLToPath(new URL('../../db/coordinator', import.meta.url)) },
   },
 });
@@ -41,6 +49,12 @@ if (localMiners !== 'auto' && (!Number.isSafeInteger(localMiners) || localMiners
   console.error(`--local-miners must be a whole number or auto, not ${values['local-miners']}`);
   process.exit(2);
 }
+
+if (values.relay !== undefined && values.relay !== 'on' && values.relay !== 'off') {
+  console.error(`--relay must be on or off, not ${values.relay}`);
+  process.exit(2);
+}
+const urls = (list: string): string[] => list.split(',').map((u) => u.trim()).filter(Boolean);
 
 const app = await buildApp({
   logger: true,
@@ -56,6 +70,13 @@ const app = await buildApp({
     ...(localMiners !== 0 ? { incentives: LOCAL_INCENTIVES } : {}),
   },
   rewards: { domain: values.domain ?? `localhost:${values.port}` },
+  network: {
+    stun: urls(values.stun),
+    turn: urls(values.turn),
+    turnSecret: process.env.TAH_TURN_SECRET || undefined,
+    // A hosted run's pairs connect directly or through TURN; the relay is for a run on one's own machine.
+    relay: { enabled: values.relay === undefined ? localMiners !== 0 : values.relay === 'on', bytesPerMinute: 64 * 1024 * 1024 },
+  },
   database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },
   // Beside the database: a restart on this machine takes over the local miners still running.
   // (With DATABASE_URL there is no such folder of ours: a restart starts new local miners.)

@@ -1,7 +1,7 @@
 import wrtc from '@roamhq/wrtc';
-import { generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
+import { encodeFrames, generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
 import { DATA_DIR, datasetName, loadDataset, prepareData } from '@train-at-home/model/node';
-import { CoordinatorError, MeshPort, PeerMesh, coordinatorRelay, coordinatorSignals, hostMesh, httpTokenSource, register, request, type MeshHost } from '@train-at-home/swarm';
+import { CoordinatorError, MeshPort, NO_PATH, PeerMesh, coordinatorRelay, noPathText, coordinatorSignals, hostMesh, httpTokenSource, register, request, type MeshHost } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
@@ -30,7 +30,9 @@ function bytes(length: number, seed: number): Uint8Array {
 
 beforeAll(async () => {
   app = await buildApp({
-    database: await testDatabase(), run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 }, dataRoot: DATA_DIR });
+    database: await testDatabase(), run: { name: 'mesh', preset: 'tiny', stages: 2, bottleneck: 32 }, dataRoot: DATA_DIR,
+    // The relay is off by default (network.ts); these tests use it, under a cap of 3 MB per miner per minute.
+    network: { relay: { enabled: true, bytesPerMinute: 3_000_000 } } });
   url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 });
 afterAll(async () => {
@@ -62,6 +64,31 @@ describe('peer mesh over WebRTC, signaled through the coordinator', () => {
     expect(b.mesh.stats.bytesReceived).toBe(a.mesh.stats.bytesSent);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
     expect(app.coordinator.relayed.signalBytes).toBeGreaterThan(0);
+    // Each end names the pair's path (the ICE agent's selected pair: host candidates here) and its bytes.
+    await expect.poll(() => a.mesh.paths().get(b.id)?.path).toBe('direct');
+    expect(a.mesh.paths().get(b.id)).toMatchObject({ bytesSent: a.mesh.stats.bytesSent, bytesReceived: a.mesh.stats.bytesReceived });
+    expect(b.mesh.paths().get(a.id)?.bytesReceived).toBe(a.mesh.stats.bytesSent);
+  });
+
+  it('says by name when no path reaches a peer (no direct connection, no TURN, no relay), after trying again with fresh ICE servers', async () => {
+    const a = await miner();
+    const b = await miner();
+    b.mesh.close();
+    b.socket.off('signal'); // b never answers: no connection can be made
+    let refreshed = 0;
+    const lonely = new PeerMesh({
+      selfId: a.id,
+      signals: coordinatorSignals(a.socket, a.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
+      wrtc,
+      connectTimeoutMs: 1500,
+      refreshIce: async () => void refreshed++,
+    });
+    meshes.push(lonely);
+    a.mesh.close();
+    const sent = lonely.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 5), pathway: [] }, bytes(10, 1));
+    await expect(sent).rejects.toThrow(new RegExp(`^${NO_PATH}${b.id}: neither a direct connection nor TURN reached it, and this run has no coordinator relay`));
+    expect(refreshed).toBe(1);
+    expect(noPathText(2)).toMatch(/^cannot reach 2 peers: .*Try another network/);
   });
 
   it('makes one working connection when both miners send to each other at once (glare)', async () => {
@@ -175,6 +202,41 @@ describe('relay fallback', () => {
     expect(await got).toEqual(payload);
     expect(app.coordinator.relayed.frameBytes - before).toBe(a.mesh.stats.bytesSent);
     expect(a.mesh.isConnected(b.id)).toBe(false);
+    expect(a.mesh.paths().get(b.id)).toMatchObject({ path: 'coordinator', bytesSent: a.mesh.stats.bytesSent });
+    expect(b.mesh.paths().get(a.id)).toMatchObject({ path: 'coordinator', bytesReceived: a.mesh.stats.bytesSent });
+  });
+
+  it('caps each miner\'s relayed bytes per minute (RELAY_CAP, with the time to wait), and a run with the relay off refuses every frame (RELAY_OFF)', async () => {
+    const a = await miner(true);
+    const b = await miner(true);
+    const chunk = (n: number): Uint8Array => encodeFrames({ kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, n), pathway: [] }, bytes(200_000, n))[0]!;
+    let sent = 0;
+    let refusal: unknown;
+    // 3 MB per minute: the 16th chunk of 200 KB is over (unless the minute turns meanwhile, which starts it afresh).
+    for (let i = 0; i < 40 && !refusal; i++) {
+      const c = chunk(i);
+      try {
+        await request(a.socket, 'frame', { v: PROTOCOL_VERSION, to: b.id, chunk: c });
+        sent += c.length;
+      } catch (e) {
+        refusal = e;
+      }
+    }
+    expect(refusal).toBeInstanceOf(CoordinatorError);
+    expect((refusal as CoordinatorError).code).toBe('RELAY_CAP');
+    expect((refusal as CoordinatorError).message).toMatch(/3000000 bytes per miner per minute; retry in \d+ ms/);
+    expect(sent).toBeLessThanOrEqual(3_000_000);
+    // Another miner's budget is its own.
+    await request(b.socket, 'frame', { v: PROTOCOL_VERSION, to: a.id, chunk: chunk(99) });
+    const relay = app.coordinator.network.relay;
+    app.coordinator.setNetwork({ ...app.coordinator.network, relay: { ...relay, enabled: false } });
+    try {
+      const before = app.coordinator.relayed.frameBytes;
+      expect(await code(request(b.socket, 'frame', { v: PROTOCOL_VERSION, to: a.id, chunk: chunk(98) }))).toBe('RELAY_OFF');
+      expect(app.coordinator.relayed.frameBytes).toBe(before);
+    } finally {
+      app.coordinator.setNetwork({ ...app.coordinator.network, relay });
+    }
   });
 
   it('relays only well-formed chunks between registered miners', async () => {

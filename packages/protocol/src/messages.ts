@@ -23,6 +23,7 @@ export const MAX_EVENT_BYTES: Record<string, number> = {
   loss: 4096,
   'merge-ready': 1024,
   merged: MAX_SOCKET_MESSAGE_BYTES,
+  ice: 256,
 };
 
 const Hex32 = Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' });
@@ -37,6 +38,8 @@ const ActivationId = Type.String({ pattern: '^[0-9a-f]{32}$' });
 const INT4_MAX = 2 ** 31 - 1;
 
 export const ClientEvents = {
+  /** Asks for fresh ICE servers (TURN credentials are short-lived): answered with an IceConfig. */
+  ice: Type.Object({ v: Version }, { additionalProperties: false }),
   /** Asks for a registration challenge. */
   hello: Type.Object({ v: Version, publicKey: Hex32 }, { additionalProperties: false }),
   /** Answers the challenge: a signature over { challenge, publicKey, backend, tokensPerSec }. */
@@ -176,6 +179,25 @@ export const ClientEvents = {
 } satisfies Record<string, TSchema>;
 
 export type ClientEvent = keyof typeof ClientEvents;
+
+/** One ICE server as RTCPeerConnection takes it. */
+export interface IceServer {
+  urls: string[];
+  username?: string;
+  credential?: string;
+}
+
+/**
+ * How a miner's peer connections find each other, served with its registration and on request
+ * ('ice'): the operator's STUN and TURN servers (none unless configured: no public server is
+ * used), TURN credentials minted for this miner that expire at `expiresAt` (ms since the epoch;
+ * null without TURN), and whether the coordinator's own frame relay is there as a last resort.
+ */
+export interface IceConfig {
+  iceServers: IceServer[];
+  expiresAt: number | null;
+  relay: boolean;
+}
 export type ClientMessage<E extends ClientEvent> = Static<(typeof ClientEvents)[E]>;
 
 export type ProtocolErrorCode =
@@ -197,7 +219,11 @@ export type ProtocolErrorCode =
   /** Too many messages of this kind from this connection or miner; the rejection says how long to wait. */
   | 'RATE_LIMITED'
   /** Well-formed, but beyond what this run allows (a miner or partition that is not in the round, a count no round can reach). */
-  | 'OUT_OF_BOUNDS';
+  | 'OUT_OF_BOUNDS'
+  /** A frame for the coordinator's relay in a run that has it off: peers connect directly or through TURN. */
+  | 'RELAY_OFF'
+  /** A miner's relayed bytes are over the run's cap per minute; the refusal says how long to wait. */
+  | 'RELAY_CAP';
 
 export class ProtocolError extends Error {
   override name = 'ProtocolError';

@@ -1,4 +1,4 @@
-import { PROTOCOL_VERSION, type Identity } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, type IceConfig, type Identity } from '@train-at-home/protocol';
 import type { BackendName, Precision } from '@train-at-home/model';
 import type { Socket } from 'socket.io-client';
 
@@ -9,6 +9,13 @@ export interface Registration {
   layout: { name: string; preset: string; stages: number; bottleneck: number; int8: boolean; codec?: Precision };
   /** Each stage's merge round when this miner registered (pathways rotate with it). */
   rounds?: number[];
+  /** The run's STUN and TURN servers (TURN credentials minted for this miner) and whether the coordinator relays frames. */
+  ice?: IceConfig;
+}
+
+/** Fresh ICE servers and TURN credentials for this registered miner. */
+export async function requestIce(socket: Socket): Promise<IceConfig> {
+  return (await request<{ ice: IceConfig }>(socket, 'ice', { v: PROTOCOL_VERSION })).ice;
 }
 
 export class CoordinatorError extends Error {

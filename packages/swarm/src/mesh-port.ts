@@ -1,4 +1,4 @@
-import { FrameError, type AssembledMessage, type FrameErrorCode, type FrameHeader } from '@train-at-home/protocol';
+import { FrameError, type AssembledMessage, type FrameErrorCode, type FrameHeader, type IceServer } from '@train-at-home/protocol';
 import { PeerMesh, type Mesh, type MeshOptions, type SignalTransport } from './mesh';
 
 /**
@@ -22,7 +22,9 @@ type SignalKind = 'offer' | 'answer' | 'candidate';
 
 /** Worker → page. */
 export type ToHost =
-  | { mesh: 'init'; selfId: string; highWaterBytes?: number; connectTimeoutMs?: number }
+  | { mesh: 'init'; selfId: string; highWaterBytes?: number; connectTimeoutMs?: number; iceServers?: IceServer[] }
+  /** The run's ICE servers changed (fresh TURN credentials): for connections opened from now on. */
+  | { mesh: 'ice'; iceServers: IceServer[] }
   | { mesh: 'send'; id: number; peerId: string; header: FrameHeader; payload: Uint8Array }
   | { mesh: 'close'; peerId?: string }
   | { mesh: 'signal-in'; from: string; kind: SignalKind; payload: string };
@@ -33,7 +35,9 @@ export type ToWorker =
   | { mesh: 'send-failed'; id: number; error: string }
   | { mesh: 'message'; from: string; message: AssembledMessage }
   | { mesh: 'reject'; from: string; code: string; error: string }
-  | { mesh: 'signal-out'; to: string; kind: SignalKind; payload: string };
+  | { mesh: 'signal-out'; to: string; kind: SignalKind; payload: string }
+  /** A connection failed: the worker asks the coordinator for fresh ICE servers and answers with 'ice'. */
+  | { mesh: 'refresh-ice' };
 
 /** A detached copy of a view's bytes, so its buffer can be transferred. */
 function own(bytes: Uint8Array): Uint8Array {
@@ -50,7 +54,7 @@ export class MeshPort implements Mesh {
 
   constructor(
     private readonly port: PortLike,
-    options: Pick<MeshOptions, 'selfId' | 'signals' | 'highWaterBytes' | 'connectTimeoutMs'>,
+    options: Pick<MeshOptions, 'selfId' | 'signals' | 'highWaterBytes' | 'connectTimeoutMs' | 'iceServers' | 'refreshIce'>,
   ) {
     options.signals.onSignal((from, kind, payload) => this.post({ mesh: 'signal-in', from, kind, payload }));
     port.addEventListener('message', (event) => {
@@ -74,10 +78,18 @@ export class MeshPort implements Mesh {
         case 'signal-out':
           if (!this.closed) options.signals.send(m.to, m.kind, m.payload);
           break;
+        case 'refresh-ice':
+          // refreshIce calls setIceServers, which answers the page; without one the page stops waiting on its own.
+          if (!this.closed) void options.refreshIce?.().catch(() => {});
+          break;
       }
     });
     port.start?.();
-    this.post({ mesh: 'init', selfId: options.selfId, highWaterBytes: options.highWaterBytes, connectTimeoutMs: options.connectTimeoutMs });
+    this.post({ mesh: 'init', selfId: options.selfId, highWaterBytes: options.highWaterBytes, connectTimeoutMs: options.connectTimeoutMs, iceServers: options.iceServers });
+  }
+
+  setIceServers(iceServers: IceServer[]): void {
+    if (!this.closed) this.post({ mesh: 'ice', iceServers });
   }
 
   onMessage(handler: (from: string, message: AssembledMessage) => void): void {
@@ -129,6 +141,7 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
   let mesh: PeerMesh | undefined;
   let signalHandler: ((from: string, kind: SignalKind, payload: string) => void) | undefined;
   let cap = options.uploadBytesPerSec ?? Infinity;
+  const iceWaiters: Array<() => void> = [];
   const post = (m: ToWorker, transfer: Transferable[] = []): void => port.postMessage(m, transfer);
   port.addEventListener('message', (event) => {
     const m = event.data as ToHost | undefined;
@@ -140,7 +153,14 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
           send: (to, kind, payload) => post({ mesh: 'signal-out', to, kind, payload }),
           onSignal: (h) => (signalHandler = h),
         };
-        const created = new PeerMesh({ selfId: m.selfId, signals, wrtc: options.wrtc, highWaterBytes: m.highWaterBytes, connectTimeoutMs: m.connectTimeoutMs, uploadBytesPerSec: () => cap });
+        // Fresh ICE servers come from the worker, which holds the coordinator socket: asked for, then awaited (5 s at most).
+        const refreshIce = (): Promise<void> =>
+          new Promise<void>((resolve) => {
+            iceWaiters.push(resolve);
+            setTimeout(resolve, 5000);
+            post({ mesh: 'refresh-ice' });
+          });
+        const created = new PeerMesh({ selfId: m.selfId, signals, wrtc: options.wrtc, highWaterBytes: m.highWaterBytes, connectTimeoutMs: m.connectTimeoutMs, uploadBytesPerSec: () => cap, iceServers: m.iceServers, refreshIce });
         created.onMessage((from, message) => {
           if (mesh !== created) return;
           const payload = own(message.payload);
@@ -164,6 +184,10 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
       }
       case 'close':
         mesh?.close(m.peerId);
+        break;
+      case 'ice':
+        mesh?.setIceServers(m.iceServers);
+        for (const w of iceWaiters.splice(0)) w();
         break;
       case 'signal-in':
         signalHandler?.(m.from, m.kind, m.payload);

@@ -1,5 +1,5 @@
 import Peer from 'simple-peer';
-import { encodeFrames, FrameError, payloadHashHex, Reassembler, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
+import { encodeFrames, FrameError, payloadHashHex, Reassembler, type AssembledMessage, type FrameHeader, type IceServer } from '@train-at-home/protocol';
 
 /** How signaling reaches another miner: the coordinator's relay, signed end to end. */
 export interface SignalTransport {
@@ -28,16 +28,38 @@ export interface MeshOptions {
   connectTimeoutMs?: number;
   /** The contributor's upload cap, read before every chunk (Infinity or absent: none). */
   uploadBytesPerSec?: () => number;
+  /**
+   * The run's STUN and TURN servers (the coordinator's IceConfig). Absent or empty: none at all,
+   * never simple-peer's public defaults; peers then connect only where host candidates reach.
+   */
+  iceServers?: IceServer[];
+  /** Asks the coordinator for fresh ICE servers (TURN credentials), called before a failed connection is tried again. */
+  refreshIce?: () => Promise<void>;
+}
+
+/** How a pair's bytes travel: a direct connection (host or server-reflexive candidates), through a TURN server, or through the coordinator's relay. */
+export type PeerPath = 'direct' | 'turn' | 'coordinator';
+
+/** One peer's path and the bytes exchanged with it, over this mesh's life. */
+export interface PeerPathStats {
+  path: PeerPath | 'connecting';
+  /** For TURN: how this end reaches the TURN server (udp, tcp or tls). */
+  relayProtocol?: string;
+  bytesSent: number;
+  bytesReceived: number;
 }
 
 /** What a miner needs of its mesh: the PeerMesh itself, or a MeshPort to one on another thread. */
-export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close'>;
+export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close' | 'setIceServers'>;
 
 export class MeshError extends Error {
   override name = 'MeshError';
 }
 
-type SimplePeer = Peer.Instance & { _channel?: { bufferedAmount: number }; connected?: boolean };
+/** How a send that found no path to its peer at all begins its message (a MeshPort's rejection carries only the text). */
+export const NO_PATH = 'no path to ';
+
+type SimplePeer = Peer.Instance & { _channel?: { bufferedAmount: number }; _pc?: RTCPeerConnection; connected?: boolean };
 
 interface Link {
   peer: SimplePeer;
@@ -71,12 +93,16 @@ export class PeerMesh {
   private readonly handlers: Array<(from: string, message: AssembledMessage) => void> = [];
   private readonly rejectHandlers: Array<(from: string, error: FrameError) => void> = [];
   readonly stats = { bytesSent: 0, bytesReceived: 0, messagesSent: 0, messagesReceived: 0 };
+  private readonly peerStats = new Map<string, PeerPathStats>();
+  private iceServers: IceServer[];
 
   constructor(private readonly options: MeshOptions) {
+    this.iceServers = options.iceServers ?? [];
     options.signals.onSignal((from, kind, payload) => this.onSignal(from, kind, payload));
     options.relay?.onChunk((from, chunk) => {
       let r = this.relayReassemblers.get(from);
       if (!r) this.relayReassemblers.set(from, (r = new Reassembler()));
+      this.peer(from).path = 'coordinator';
       this.receiveChunk(from, r, chunk);
     });
   }
@@ -92,6 +118,22 @@ export class PeerMesh {
   /** Chunks that fail their checks; the sender is reported, nothing is delivered. */
   onReject(handler: (from: string, error: FrameError) => void): void {
     this.rejectHandlers.push(handler);
+  }
+
+  /** ICE servers for connections opened from now on (fresh TURN credentials); open ones keep theirs. */
+  setIceServers(iceServers: IceServer[]): void {
+    this.iceServers = iceServers;
+  }
+
+  /** Each peer's path (direct, TURN or the coordinator) and the bytes exchanged with it. */
+  paths(): Map<string, PeerPathStats> {
+    return new Map([...this.peerStats].map(([id, p]) => [id, { ...p }]));
+  }
+
+  private peer(peerId: string): PeerPathStats {
+    let p = this.peerStats.get(peerId);
+    if (!p) this.peerStats.set(peerId, (p = { path: 'connecting', bytesSent: 0, bytesReceived: 0 }));
+    return p;
   }
 
   /** Opens (or reuses) the connection to a peer and waits until it carries data. */
@@ -111,14 +153,17 @@ export class PeerMesh {
     try {
       await this.connect(peerId);
     } catch (e) {
-      if (this.options.relay) {
-        // No direct path: from now on this peer is reached through the coordinator.
+      // One more attempt in a new session, with fresh TURN credentials (the old ones may have expired or
+      // been refused): ICE checks can also fail once on a busy machine or a flaky link.
+      await this.options.refreshIce?.().catch(() => {});
+      try {
+        await this.connect(peerId);
+      } catch {
+        if (!this.options.relay) throw new MeshError(`${NO_PATH}${peerId}: neither a direct connection nor TURN reached it, and this run has no coordinator relay (${(e as Error).message})`);
+        // No direct or TURN path: from now on this peer is reached through the coordinator.
         this.relayed.add(peerId);
         return this.sendRelayed(peerId, header, payload);
       }
-      // With no relay to fall back on, one more attempt in a new session: ICE checks can fail once
-      // on a busy machine or a flaky link.
-      await this.connect(peerId).catch(() => Promise.reject(e));
     }
     const link = this.links.get(peerId);
     if (!link) throw new MeshError(`connection to ${peerId} closed`);
@@ -133,6 +178,7 @@ export class PeerMesh {
       if (link.peer.destroyed) throw new MeshError(`connection to ${peerId} closed while sending`);
       link.peer.send(chunk);
       this.stats.bytesSent += chunk.length;
+      this.peer(peerId).bytesSent += chunk.length;
     }
     this.stats.messagesSent++;
     return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
@@ -157,9 +203,11 @@ export class PeerMesh {
   }
 
   private sendRelayed(peerId: string, header: FrameHeader, payload: Uint8Array): { bytes: number; payloadHash: string } {
+    this.peer(peerId).path = 'coordinator';
     for (const chunk of encodeFrames(header, payload)) {
       this.options.relay!.send(peerId, chunk);
       this.stats.bytesSent += chunk.length;
+      this.peer(peerId).bytesSent += chunk.length;
     }
     this.stats.messagesSent++;
     return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
@@ -202,7 +250,8 @@ export class PeerMesh {
       replacing.peer.destroy();
     }
     ready.catch(() => {}); // observed by connect(); never an unhandled rejection
-    const peer = new Peer({ initiator, trickle: true, wrtc: this.options.wrtc as Peer.Options['wrtc'] }) as SimplePeer;
+    // Always the run's ICE servers, even none: simple-peer's default config names two public STUN servers.
+    const peer = new Peer({ initiator, trickle: true, wrtc: this.options.wrtc as Peer.Options['wrtc'], config: { iceServers: this.iceServers } }) as SimplePeer;
     const timeoutMs = this.options.connectTimeoutMs ?? 15_000;
     const link: Link = {
       peer,
@@ -222,11 +271,38 @@ export class PeerMesh {
     peer.once('connect', () => {
       clearTimeout(link.timer);
       link.resolve();
+      void this.classify(peerId, link);
     });
     peer.on('data', (bytes: Uint8Array) => this.onData(peerId, link, bytes));
     peer.on('error', () => this.dropLink(peerId, link, new MeshError(`connection to ${peerId} failed`)));
     peer.on('close', () => this.dropLink(peerId, link, new MeshError(`connection to ${peerId} closed`)));
     return link;
+  }
+
+  /** Which path the connection took: the ICE agent's selected candidate pair; a relay candidate at either end is TURN. */
+  private async classify(peerId: string, link: Link): Promise<void> {
+    const pc = link.peer._pc;
+    if (!pc) return;
+    for (let attempt = 0; attempt < 10 && this.links.get(peerId) === link; attempt++) {
+      try {
+        const all = new Map<string, Record<string, unknown>>();
+        (await pc.getStats()).forEach((v: Record<string, unknown>) => all.set(v.id as string, v));
+        const transport = [...all.values()].find((v) => v.type === 'transport' && v.selectedCandidatePairId);
+        const pair = transport ? all.get(transport.selectedCandidatePairId as string) : [...all.values()].find((v) => v.type === 'candidate-pair' && v.nominated && v.state === 'succeeded');
+        const local = pair && all.get(pair.localCandidateId as string);
+        const remote = pair && all.get(pair.remoteCandidateId as string);
+        if (local && remote) {
+          const p = this.peer(peerId);
+          const turn = local.candidateType === 'relay' || remote.candidateType === 'relay';
+          p.path = turn ? 'turn' : 'direct';
+          p.relayProtocol = local.candidateType === 'relay' ? String(local.relayProtocol ?? local.protocol ?? '') || undefined : undefined;
+          return;
+        }
+      } catch {
+        return; // the connection closed meanwhile
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
   }
 
   private onData(peerId: string, link: Link, bytes: Uint8Array): void {
@@ -235,6 +311,7 @@ export class PeerMesh {
 
   private receiveChunk(peerId: string, reassembler: Reassembler, bytes: Uint8Array): void {
     this.stats.bytesReceived += bytes.length;
+    this.peer(peerId).bytesReceived += bytes.length;
     try {
       const message = reassembler.push(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength));
       if (!message) return;

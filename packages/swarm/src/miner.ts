@@ -7,8 +7,8 @@ import { OuterOptimizer } from './allreduce/outer';
 import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
-import { CoordinatorError, coordinatorSignals, register, request, type Registration } from './coordinator-client';
-import { PeerMesh, type Mesh, type MeshOptions } from './mesh';
+import { CoordinatorError, coordinatorRelay, coordinatorSignals, register, request, requestIce, type Registration } from './coordinator-client';
+import { NO_PATH, PeerMesh, type Mesh, type MeshOptions } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 
 /** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */
@@ -149,6 +149,8 @@ export class Miner {
   private running = false;
   private heartbeat?: ReturnType<typeof setInterval>;
   private reconnectTimer?: ReturnType<typeof setTimeout>;
+  /** Asks for fresh TURN credentials before the current ones expire. */
+  private iceTimer?: ReturnType<typeof setTimeout>;
   private connectedToCoordinator = true;
   /** While the coordinator is unreachable: since when, the next attempt (performance.now() times) and the last error. */
   private unreachable?: { since: number; nextTryAt: number; error?: string };
@@ -171,6 +173,8 @@ export class Miner {
   /** The merge round of this miner's stage, as far as it knows (pathways rotate with it). */
   private stageRound = 0;
   private flagged?: { kind: string; reason: string };
+  /** Peers no path reached (no direct connection, no TURN, no relay), and when it last failed. */
+  private readonly unreachablePeers = new Map<string, number>();
 
   private phase: MinerPhase = 'registering';
   private progress?: MinerStatus['progress'];
@@ -214,6 +218,7 @@ export class Miner {
       else if (r && stage !== undefined && stage > 0 && peers.previous.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage} yet`];
       else if (r && stage !== undefined && stage < r.layout.stages - 1 && peers.next.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage + 2} yet`];
       else if (gone && (this.lastWorkAt === 0 || silentMs > this.stallMs())) [phase, why] = ['waiting', unreachableText(gone, now)];
+      else if (this.noPathPeers(now) > 0 && (this.lastWorkAt === 0 || silentMs > this.stallMs())) [phase, why] = ['waiting', noPathText(this.noPathPeers(now))];
       else if (this.lastWorkAt === 0) [phase, why] = ['waiting', 'connected; waiting for the first microbatch to reach this stage'];
       else if (silentMs > this.stallMs()) {
         phase = 'idle';
@@ -348,12 +353,30 @@ export class Miner {
       selfId: minerId,
       wrtc: this.o.wrtc,
       signals: coordinatorSignals(socket, this.o.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
+      iceServers: registration.ice?.iceServers ?? [],
+      refreshIce: () => this.refreshIce(),
+      // The coordinator's relay only where the run has it (a last resort, capped per miner).
+      ...(registration.ice?.relay ? { relay: coordinatorRelay(socket) } : {}),
     };
-    this.mesh = this.o.createMesh ? this.o.createMesh(meshOptions) : new PeerMesh(meshOptions);
+    const mesh = this.o.createMesh ? this.o.createMesh(meshOptions) : new PeerMesh(meshOptions);
+    // Which peers no path reaches, for the page to say so (heartbeatStatus); a later success clears it.
+    const send = mesh.send.bind(mesh);
+    mesh.send = async (peerId, header, payload) => {
+      try {
+        const sent = await send(peerId, header, payload);
+        this.unreachablePeers.delete(peerId);
+        return sent;
+      } catch (e) {
+        if ((e as Error).message.startsWith(NO_PATH)) this.unreachablePeers.set(peerId, performance.now());
+        throw e;
+      }
+    };
+    this.mesh = mesh;
     this.mesh.onMessage((from, message) => {
       if (message.kind === 'partition') this.butterfly?.deliver(from, message.payload);
     });
     this.running = true;
+    this.scheduleIceRefresh(registration.ice?.expiresAt ?? null);
     await this.takeStage(stage);
     // Every later connection (automatic reconnection, or ours below) registers again.
     socket.on('connect', () => void this.rejoin(socket));
@@ -683,6 +706,35 @@ export class Miner {
     this.worker?.resume();
   }
 
+  /** Peers that no path reached within the last minute. */
+  private noPathPeers(now: number): number {
+    let n = 0;
+    for (const [id, at] of this.unreachablePeers) {
+      if (now - at < 60_000) n++;
+      else this.unreachablePeers.delete(id);
+    }
+    return n;
+  }
+
+  /** Fresh ICE servers from the coordinator for the mesh's next connections (TURN credentials expire, or were refused). */
+  private async refreshIce(): Promise<void> {
+    if (!this.socket?.connected) return;
+    try {
+      const ice = await requestIce(this.socket);
+      this.mesh?.setIceServers(ice.iceServers);
+      this.scheduleIceRefresh(ice.expiresAt);
+    } catch (e) {
+      this.o.log?.(`could not refresh the ICE servers: ${(e as Error).message}`);
+    }
+  }
+
+  /** At four fifths of their lifetime, TURN credentials are replaced (none to replace: nothing scheduled). */
+  private scheduleIceRefresh(expiresAt: number | null): void {
+    clearTimeout(this.iceTimer);
+    if (expiresAt === null || !this.running) return;
+    this.iceTimer = setTimeout(() => void this.refreshIce(), Math.max(10_000, (expiresAt - Date.now()) * 0.8));
+  }
+
   /**
    * After the coordinator comes back (or the connection does): registers again
    * and sends the loss reports it could not deliver; takes up another stage if
@@ -692,6 +744,11 @@ export class Miner {
     try {
       const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec });
       this.rejoined++;
+      // A restarted coordinator may name other ICE servers, or mint with another secret.
+      if (again.ice) {
+        this.mesh?.setIceServers(again.ice.iceServers);
+        this.scheduleIceRefresh(again.ice.expiresAt);
+      }
       this.o.log?.(`re-registered with the coordinator, stage ${again.stage + 1}`);
       // A merge still waiting for merge-go will not get it; one in its all-reduce ends on its own deadlines
       // (resumed now, training would run in the middle of it, and end up in the audited round's record).
@@ -820,11 +877,17 @@ export class Miner {
     this.endMerge();
     clearInterval(this.heartbeat);
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.iceTimer);
     this.worker?.dispose();
     this.mesh?.close();
     this.model?.dispose();
     this.socket?.disconnect();
   }
+}
+
+/** What a person reads when no path reaches some of its peers: what is wrong, and what they can do. */
+export function noPathText(peers: number): string {
+  return `cannot reach ${peers === 1 ? 'a peer' : `${peers} peers`}: no direct or TURN path got through (a firewall or strict NAT blocks WebRTC). Try another network (a phone hotspot) or ask the run's operator for TURN`;
 }
 
 /** What a person reads while the coordinator is away: that it is unreachable, for how long, and when the next try is. */

@@ -34,6 +34,7 @@ function templates(self: string, peer: string): Record<string, Record<string, un
     'merge-ready': { v: PROTOCOL_VERSION, stage: 0, round: 1, stateId: hex(32), microbatches: 3, weightsHash: hex(32), optimizerHash: hex(32), contributionRoots: { outer: hex(32), average: hex(32) } },
     merged: { v: PROTOCOL_VERSION, stage: 0, round: 1, ok: true, hash: hex(32), clipped: 0, evidence: [{ partition: 0, owners: [self, peer], hashes: [hex(32), hex(32)], liar: peer }] },
     frame: { v: PROTOCOL_VERSION, to: peer, chunk: new Uint8Array(randomBytes(64)) },
+    ice: { v: PROTOCOL_VERSION },
   };
 }
 
@@ -58,7 +59,7 @@ const mutated = (template: Record<string, unknown>) =>
     }),
   );
 
-const EVENTS = ['hello', 'register', 'heartbeat', 'signal', 'receipt', 'loss', 'merge-ready', 'merged', 'frame'];
+const EVENTS = ['hello', 'register', 'heartbeat', 'signal', 'receipt', 'loss', 'merge-ready', 'merged', 'frame', 'ice'];
 const PATHS = [
   '/api/status',
   '/api/stages',

@@ -29,7 +29,7 @@ describe('acknowledgements whatever the payload', () => {
     return seen;
   };
 
-  const EVENTS = ['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'merge-ready', 'merged', 'frame'];
+  const EVENTS = ['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'merge-ready', 'merged', 'frame', 'ice'];
 
   it('every event with a callback and no payload, null, or several payloads gets its named rejection through the callback', async () => {
     // Room for every message below in one connection: rejections do not disconnect here, budgets are wide.

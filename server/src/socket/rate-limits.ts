@@ -7,7 +7,7 @@ export interface SocketRate {
 }
 
 /** Kinds of socket message with a budget of their own; `other` is every event the coordinator does not know. */
-export type RatedEvent = 'hello' | 'register' | 'heartbeat' | 'signal' | 'receipt' | 'loss' | 'merge-ready' | 'merged' | 'frame' | 'other';
+export type RatedEvent = 'hello' | 'register' | 'heartbeat' | 'signal' | 'receipt' | 'loss' | 'merge-ready' | 'merged' | 'frame' | 'ice' | 'other';
 export type SocketRates = Record<RatedEvent, SocketRate>;
 
 /**
@@ -27,6 +27,8 @@ export const DEFAULT_SOCKET_RATES: SocketRates = {
   'merge-ready': { max: 20, perMs: 1000 },
   merged: { max: 20, perMs: 1000 },
   frame: { max: 200, perMs: 1000 },
+  // A miner asks for fresh TURN credentials before they expire and after a failed connection.
+  ice: { max: 20, perMs: 60_000 },
   other: { max: 20, perMs: 1000 },
 };
 

@@ -8,6 +8,7 @@ import { arrivalTime } from '../clock';
 import type { Coordinator } from '../coordinator';
 import { eventArgs, type Ack } from './ack';
 import { SocketRateLimits } from './rate-limits';
+import { iceFor } from '../network';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */
 export const CHALLENGE_TTL_MS = 60_000;
@@ -21,7 +22,7 @@ export const MAX_REJECTIONS = 5;
  * disconnected after five of them in a long run, and its reconnection ended
  * the merge it was in, so it trained in the middle of an all-reduce.
  */
-const TIMING_REFUSALS = new Set(['OUT_OF_PHASE', 'REPLAYED', 'UNKNOWN_PEER', 'UNKNOWN_ACTIVATION', 'RATE_LIMITED']);
+const TIMING_REFUSALS = new Set(['OUT_OF_PHASE', 'REPLAYED', 'UNKNOWN_PEER', 'UNKNOWN_ACTIVATION', 'RATE_LIMITED', 'RELAY_CAP']);
 
 /**
  * What a connection keeps in `socket.data`: the stage of its registered miner,
@@ -80,7 +81,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       };
     };
     // Unknown events get the same named rejection as malformed ones.
-    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame', 'merge-ready', 'merged']);
+    const handled = new Set(['hello', 'register', 'heartbeat', 'signal', 'loss', 'receipt', 'frame', 'merge-ready', 'merged', 'ice']);
     socket.onAny(async (event: string, ...args: unknown[]) => {
       if (handled.has(event)) return;
       const ack: Ack = eventArgs(args).callback ?? ((reply) => socket.emit('reply', { event: String(event).slice(0, 40), ...reply }));
@@ -145,8 +146,14 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       coordinator.sockets.set(minerId, socket);
       if (older && older !== socket) older.disconnect(true);
       socket.join(`stage:${stage}`);
-      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run, rounds: coordinator.phases.status().map((s) => s.round) });
+      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run, rounds: coordinator.phases.status().map((s) => s.round), ice: iceFor(coordinator.network, minerId) });
       await coordinator.broadcastStageMap();
+    });
+
+    // Fresh TURN credentials: a miner asks before its own expire, and when a connection through TURN failed.
+    handle('ice', async (_msg, ack) => {
+      if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
+      ack({ ok: true, ice: iceFor(coordinator.network, state.minerId) });
     });
 
     handle('heartbeat', async (msg, ack) => {
@@ -261,8 +268,11 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       } catch (e) {
         return refuse('SCHEMA', e instanceof FrameError ? e.message : 'not a frame');
       }
+      if (!coordinator.network.relay.enabled) return refuse('RELAY_OFF', 'this run carries no frames through the coordinator: peers connect directly or through TURN');
       const target = coordinator.sockets.get(m.to);
       if (!target || m.to === state.minerId) return refuse('UNKNOWN_PEER', 'no registered miner with that id is connected');
+      const waitMs = coordinator.relayBudget.take(state.minerId, m.chunk.length);
+      if (waitMs !== undefined) return refuse('RELAY_CAP', `over this run's relay cap of ${coordinator.network.relay.bytesPerMinute} bytes per miner per minute; retry in ${waitMs} ms`);
       coordinator.relayed.frameBytes += m.chunk.length;
       target.emit('frame', { from: state.minerId, chunk: m.chunk });
       if (callback) ack({ ok: true });

@@ -1,0 +1,183 @@
+/**
+ * Peer to peer across home networks, through real NATs (scripts/nat-lab.sh: a public namespace with the
+ * coordinator and Debian's coturn, two homes each behind its own nftables NAT, no route between the
+ * homes but through their NATs; traffic never leaves these namespaces). In each home a registered
+ * miner's PeerMesh (testing/nat-peer.ts) on @roamhq/wrtc, told its STUN and TURN servers and its
+ * per-miner TURN credentials by the coordinator; the coordinator's frame relay is on, so a byte it
+ * carried would show. Needs root (network namespaces), like the browser tests.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { IceConfig } from '@train-at-home/protocol';
+import type { PeerPathStats } from '@train-at-home/swarm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { turnCredentials } from './network';
+import { ask, forkInNetns, nextMessage } from './testing/netns';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const LAB = `${ROOT}scripts/nat-lab.sh`;
+const P = `tn${process.pid % 100000}`;
+const SECRET = `lab-secret-${process.pid}`;
+const PUBLIC = '100.64.0.1';
+const PEER = fileURLToPath(new URL('./testing/nat-peer.ts', import.meta.url));
+
+let coturn: ChildProcess | undefined;
+let coordinator: ChildProcess | undefined;
+let url: string;
+const peers: ChildProcess[] = [];
+
+const lab = (...args: string[]): void => void execFileSync('bash', [LAB, ...args], { stdio: 'inherit' });
+
+beforeAll(async () => {
+  lab('up', P);
+  coturn = spawn('ip', ['netns', 'exec', `${P}-pub`, 'bash', `${ROOT}scripts/coturn.sh`, PUBLIC, '3478', '49160-49260'], { env: { ...process.env, TURN_SECRET: SECRET }, stdio: ['ignore', 'pipe', 'inherit'] });
+  let log = '';
+  await new Promise<void>((resolve, reject) => {
+    coturn!.stdout!.on('data', (d: Buffer) => {
+      log += d.toString();
+      if (log.includes('Relay ports initialization done')) resolve();
+    });
+    coturn!.once('exit', (code) => reject(new Error(`coturn exited (${code}): ${log.slice(-2000)}`)));
+  });
+  coordinator = forkInNetns(`${P}-pub`, fileURLToPath(new URL('./testing/nat-coordinator.ts', import.meta.url)), {
+    TAH_NAT_COORDINATOR: JSON.stringify({
+      host: PUBLIC,
+      network: {
+        stun: [`stun:${PUBLIC}:3478`],
+        turn: [`turn:${PUBLIC}:3478?transport=udp`, `turn:${PUBLIC}:3478?transport=tcp`],
+        turnSecret: SECRET,
+        turnTtlSeconds: 600,
+        relay: { enabled: true, bytesPerMinute: 64 * 1024 * 1024 },
+      },
+    }),
+  });
+  url = (await nextMessage<{ ready: string }>(coordinator, 'ready', 120_000)).ready;
+}, 180_000);
+
+afterAll(() => {
+  for (const p of peers) p.kill('SIGKILL');
+  coordinator?.kill('SIGKILL');
+  coturn?.kill('SIGKILL');
+  lab('down', P);
+});
+
+interface Peer {
+  child: ChildProcess;
+  minerId: string;
+  ice: IceConfig;
+}
+
+async function peer(home: 1 | 2): Promise<Peer> {
+  const child = forkInNetns(`${P}-home${home}`, PEER, { TAH_NAT_PEER: JSON.stringify({ url }) });
+  peers.push(child);
+  const { ready } = await nextMessage<{ ready: { minerId: string; ice: IceConfig } }>(child, 'ready', 60_000);
+  return { child, ...ready };
+}
+
+interface Seen {
+  paths: Array<[string, PeerPathStats]>;
+  received: number[];
+  iceRefreshes: number;
+}
+
+/** a sends 300 kB to b and b 200 kB back; both ends' view of the pair, and the coordinator's relayed frame bytes meanwhile. */
+async function exchange(a: Peer, b: Peer): Promise<{ a: PeerPathStats; b: PeerPathStats; aSeen: Seen; bSeen: Seen; relayedFrameBytes: number }> {
+  const before = (await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes;
+  const there = await ask<{ ok: boolean; error?: string }>(a.child, 'send', { to: b.minerId, bytes: 300_000 }, 60_000);
+  expect(there, 'a reaches b').toEqual({ ok: true });
+  const arrived = await waitFor(async () => (await ask<Seen>(b.child, 'paths')).received.includes(300_000), 20_000);
+  expect(arrived, `b got a's message; a saw ${JSON.stringify(await ask<Seen>(a.child, 'paths'))}, b saw ${JSON.stringify(await ask<Seen>(b.child, 'paths'))}`).toBe(true);
+  const back = await ask<{ ok: boolean; error?: string }>(b.child, 'send', { to: a.minerId, bytes: 200_000 }, 60_000);
+  expect(back, 'b reaches a').toEqual({ ok: true });
+  await expect.poll(async () => (await ask<Seen>(a.child, 'paths')).received, { timeout: 20_000 }).toContain(200_000);
+  // The path is read from the ICE agent's stats once the connection is up.
+  await expect.poll(async () => new Map((await ask<Seen>(a.child, 'paths')).paths).get(b.minerId)?.path, { timeout: 5000 }).not.toBe('connecting');
+  await expect.poll(async () => new Map((await ask<Seen>(b.child, 'paths')).paths).get(a.minerId)?.path, { timeout: 5000 }).not.toBe('connecting');
+  const aSeen = await ask<Seen>(a.child, 'paths');
+  const bSeen = await ask<Seen>(b.child, 'paths');
+  const after = (await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes;
+  return { a: new Map(aSeen.paths).get(b.minerId)!, b: new Map(bSeen.paths).get(a.minerId)!, aSeen, bSeen, relayedFrameBytes: after - before };
+}
+
+async function waitFor(test: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (await test()) return true;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return test();
+}
+
+function done(...ps: Peer[]): void {
+  for (const p of ps) p.child.disconnect();
+}
+
+describe('peers in two homes, each behind its own NAT', () => {
+  it('registration names the operator\'s STUN and TURN servers with credentials minted for the miner, and no public server', async () => {
+    const a = await peer(1);
+    const urls = a.ice.iceServers.flatMap((s) => s.urls);
+    expect(urls).toEqual([`stun:${PUBLIC}:3478`, `turn:${PUBLIC}:3478?transport=udp`, `turn:${PUBLIC}:3478?transport=tcp`]);
+    expect(a.ice.iceServers[1]!.username).toMatch(new RegExp(`^\\d+:${a.minerId}$`));
+    done(a);
+  }, 60_000);
+
+  it('endpoint-independent NATs: the pair connects directly on server-reflexive candidates from coturn\'s STUN; nothing through TURN or the coordinator', async () => {
+    lab('nat', P, '1', 'eim');
+    lab('nat', P, '2', 'eim');
+    const [a, b] = [await peer(1), await peer(2)];
+    const r = await exchange(a, b);
+    expect(r.a).toMatchObject({ path: 'direct' });
+    expect(r.b).toMatchObject({ path: 'direct' });
+    expect(r.relayedFrameBytes).toBe(0);
+    expect(r.a.bytesSent).toBeGreaterThan(300_000);
+    done(a, b);
+  }, 120_000);
+
+  it('symmetric NATs (a random port per flow): the pair connects through coturn\'s TURN relay over UDP; no frame byte through the coordinator', async () => {
+    lab('nat', P, '1', 'symmetric');
+    lab('nat', P, '2', 'symmetric');
+    const [a, b] = [await peer(1), await peer(2)];
+    const r = await exchange(a, b);
+    expect(r.a.path).toBe('turn');
+    expect(r.b.path).toBe('turn');
+    expect([r.a.relayProtocol, r.b.relayProtocol]).toContain('udp');
+    expect(r.relayedFrameBytes).toBe(0);
+    done(a, b);
+  }, 120_000);
+
+  it('UDP blocked at one home: that end reaches coturn over TCP and the pair connects through TURN', async () => {
+    lab('nat', P, '1', 'udp-blocked');
+    lab('nat', P, '2', 'eim');
+    const [a, b] = [await peer(1), await peer(2)];
+    const r = await exchange(a, b);
+    expect(r.a).toMatchObject({ path: 'turn', relayProtocol: 'tcp' });
+    expect(r.b.path).toBe('turn');
+    expect(r.relayedFrameBytes).toBe(0);
+    done(a, b);
+  }, 120_000);
+
+  it('coturn refuses expired and forged credentials; a miner whose credentials were refused asks the coordinator for fresh ones and connects', async () => {
+    lab('nat', P, '1', 'symmetric');
+    lab('nat', P, '2', 'symmetric');
+    const probe = await peer(1);
+    const turnUrls = [`turn:${PUBLIC}:3478?transport=udp`];
+    const relayCandidates = async (credentials: { username: string; credential: string }): Promise<number> =>
+      (await ask<string[]>(probe.child, 'gather', [{ urls: turnUrls, ...credentials }], 30_000)).filter((t) => t === 'relay').length;
+    expect(await relayCandidates(turnCredentials(SECRET, probe.minerId, Date.now() + 60_000)), 'valid credentials').toBeGreaterThan(0);
+    expect(await relayCandidates(turnCredentials(SECRET, probe.minerId, Date.now() - 60_000)), 'expired credentials').toBe(0);
+    expect(await relayCandidates(turnCredentials('forged', probe.minerId, Date.now() + 60_000)), 'forged credentials').toBe(0);
+    done(probe);
+
+    // The coordinator mints with a secret coturn does not share (as after a botched rotation) while both peers
+    // register; then it gets the right one back. Their first connection cannot reach TURN, and symmetric NATs
+    // leave no other path: the sender asks for fresh credentials and its second attempt goes through TURN.
+    await ask(coordinator!, 'network', { turnSecret: 'not-the-shared-secret' });
+    const [a, b] = [await peer(1), await peer(2)];
+    await ask(coordinator!, 'network', { turnSecret: SECRET });
+    const r = await exchange(a, b);
+    expect(r.aSeen.iceRefreshes).toBeGreaterThanOrEqual(1);
+    expect(r.a.path).toBe('turn');
+    expect(r.relayedFrameBytes).toBe(0);
+    done(a, b);
+  }, 180_000);
+});
