@@ -4,7 +4,8 @@
  * homes but through their NATs; traffic never leaves these namespaces). In each home a registered
  * miner's PeerMesh (testing/nat-peer.ts) on @roamhq/wrtc, told its STUN and TURN servers and its
  * per-miner TURN credentials by the coordinator; the coordinator's frame relay is on, so a byte it
- * carried would show. Needs root (network namespaces), like the browser tests.
+ * carried would show; and real miners (testing/swarm-process.ts) training through the NATs. Needs root
+ * (network namespaces), like the browser tests.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,7 @@ import type { PeerPathStats } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { turnCredentials } from './network';
 import { ask, forkInNetns, nextMessage } from './testing/netns';
+import { MinerSwarm } from './testing/swarm';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const LAB = `${ROOT}scripts/nat-lab.sh`;
@@ -144,6 +146,34 @@ describe('peers in two homes, each behind its own NAT', () => {
     expect(r.relayedFrameBytes).toBe(0);
     done(a, b);
   }, 120_000);
+
+  it('symmetric NATs, real miners: a replica of each of 2 stages in each home, training through TURN past a merge; no frame through the coordinator', async () => {
+    lab('nat', P, '1', 'symmetric');
+    lab('nat', P, '2', 'symmetric');
+    const swarm = new MinerSwarm();
+    try {
+      const before = (await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes;
+      const miners = await swarm.start(url, [2, 2], [`${P}-home1`, `${P}-home2`]);
+      const home1 = new Set(miners.slice(0, 2).map((m) => m.minerId));
+      // Every stage has a replica in each home, so every merge crosses the NATs.
+      expect(new Set(miners.slice(0, 2).map((m) => m.stage))).toEqual(new Set(miners.slice(2).map((m) => m.stage)));
+      // Every miner merges with its replica in the other home, then trains on.
+      const merged = await waitFor(async () => (await swarm.stats()).every((m) => m.merges >= 1), 300_000);
+      expect(merged, `rounds ${JSON.stringify(await ask<number[]>(coordinator!, 'rounds'))}; miners ${JSON.stringify(await swarm.stats())}`).toBe(true);
+      const atMerge = new Map((await swarm.stats()).map((m) => [m.minerId, m.microbatches]));
+      const trainedOn = await waitFor(async () => (await swarm.stats()).every((m) => m.microbatches >= atMerge.get(m.minerId)! + 3), 120_000);
+      const stats = await swarm.stats();
+      expect(trainedOn, `microbatches at the merge ${JSON.stringify([...atMerge])}; now ${JSON.stringify(stats)}`).toBe(true);
+      expect(stats.some((m) => m.flagged), JSON.stringify(stats)).toBe(false);
+      const crossing = stats.flatMap((m) => m.paths.filter(([peer]) => home1.has(peer) !== home1.has(m.minerId)).map(([, p]) => p));
+      expect(crossing.length).toBeGreaterThan(0);
+      expect(crossing.every((p) => p.path === 'turn'), JSON.stringify(crossing)).toBe(true);
+      expect(crossing.reduce((sum, p) => sum + p.bytesSent, 0)).toBeGreaterThan(0);
+      expect((await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes - before).toBe(0);
+    } finally {
+      swarm.stop();
+    }
+  }, 420_000);
 
   it('UDP blocked at one home: that end reaches coturn over TCP and the pair connects through TURN', async () => {
     lab('nat', P, '1', 'udp-blocked');

@@ -8,7 +8,7 @@ import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, t
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
 import { CoordinatorError, coordinatorRelay, coordinatorSignals, register, request, requestIce, type Registration } from './coordinator-client';
-import { NO_PATH, PeerMesh, type Mesh, type MeshOptions } from './mesh';
+import { NO_PATH, PeerMesh, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 
 /** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */
@@ -704,6 +704,11 @@ export class Miner {
     if (this.merging.committed && !this.merging.merged && this.merging.prepared) this.outer?.reset(this.merging.prepared.current);
     this.merging = undefined;
     this.worker?.resume();
+  }
+
+  /** Each peer's path (direct, TURN, coordinator) and bytes, where this miner holds its mesh itself (a Node miner; a tab's page holds its own). */
+  paths(): Map<string, PeerPathStats> | undefined {
+    return this.mesh instanceof PeerMesh ? this.mesh.paths() : undefined;
   }
 
   /** Peers that no path reached within the last minute. */

@@ -30,7 +30,7 @@ process.on('message', (m: { assign?: Record<string, CheatName>; stats?: boolean 
     process.send!({ assigned: true });
   }
   if (m.stats) {
-    process.send!({ stats: miners.map((x) => ({ minerId: x.registration?.minerId, microbatches: x.stats?.microbatches ?? 0, computeMs: x.stats?.computeMs ?? 0, merges: x.merges.length, flagged: x.status.flagged })) });
+    process.send!({ stats: miners.map((x) => ({ minerId: x.registration?.minerId, microbatches: x.stats?.microbatches ?? 0, computeMs: x.stats?.computeMs ?? 0, merges: x.merges.length, flagged: x.status.flagged, paths: [...(x.paths() ?? [])] })) });
   }
 });
 const stop = (): void => {

@@ -1,5 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { forkInNetns } from './netns';
+import type { PeerPathStats } from '@train-at-home/swarm';
 import type { CheatName } from './cheats';
 
 const ENTRY = fileURLToPath(new URL('./swarm-process.ts', import.meta.url));
@@ -10,16 +12,23 @@ export interface SwarmMinerStats {
   computeMs: number;
   merges: number;
   flagged?: { kind: string; reason: string };
+  /** Each peer's path and bytes (PeerMesh.paths). */
+  paths: Array<[string, PeerPathStats]>;
 }
 
 /** Miners in child processes (testing/swarm-process.ts), several per process, for tests at a scale one process cannot run. */
 export class MinerSwarm {
   private readonly children: ChildProcess[] = [];
 
-  /** Starts `counts[i]` miners in process i; resolves with every miner's id and stage once all registered. */
-  async start(url: string, counts: number[]): Promise<Array<{ minerId: string; stage: number }>> {
-    const ready = counts.map((count) => {
-      const child = fork(ENTRY, [], { execArgv: ['--import', 'tsx'], env: { ...process.env, TAH_SWARM: JSON.stringify({ url, count }) }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  /**
+   * Starts `counts[i]` miners in process i (inside network namespace `netns[i]` where one is named: testing/netns.ts);
+   * resolves with every miner's id and stage once all registered.
+   */
+  async start(url: string, counts: number[], netns: Array<string | undefined> = []): Promise<Array<{ minerId: string; stage: number }>> {
+    const ready = counts.map((count, i) => {
+      const env = { TAH_SWARM: JSON.stringify({ url, count }) };
+      const ns = netns[i];
+      const child = ns ? forkInNetns(ns, ENTRY, env) : fork(ENTRY, [], { execArgv: ['--import', 'tsx'], env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       this.children.push(child);
       return this.next<{ ready: Array<{ minerId: string; stage: number }> }>(child, 'ready');
     });
