@@ -7,74 +7,27 @@
  * carried would show; and real miners (testing/swarm-process.ts) training through the NATs. Needs root
  * (network namespaces), like the browser tests.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import type { IceConfig } from '@train-at-home/protocol';
 import type { PeerPathStats } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { turnCredentials } from './network';
-import { ask, forkInNetns, nextMessage } from './testing/netns';
+import { ask } from './testing/netns';
+import { PUBLIC, startNatLab, type LabPeer as Peer, type NatLab } from './testing/nat-lab';
 import { MinerSwarm } from './testing/swarm';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const LAB = `${ROOT}scripts/nat-lab.sh`;
 const P = `tn${process.pid % 100000}`;
-const SECRET = `lab-secret-${process.pid}`;
-const PUBLIC = '100.64.0.1';
-const PEER = fileURLToPath(new URL('./testing/nat-peer.ts', import.meta.url));
-
-let coturn: ChildProcess | undefined;
-let coordinator: ChildProcess | undefined;
+let labs: NatLab;
 let url: string;
-const peers: ChildProcess[] = [];
+let SECRET: string;
+let coordinator: NatLab['coordinator'];
 
-const lab = (...args: string[]): void => void execFileSync('bash', [LAB, ...args], { stdio: 'inherit' });
+const peer = (home: 1 | 2): Promise<Peer> => labs.peer(home);
 
 beforeAll(async () => {
-  lab('up', P);
-  coturn = spawn('ip', ['netns', 'exec', `${P}-pub`, 'bash', `${ROOT}scripts/coturn.sh`, PUBLIC, '3478', '49160-49260'], { env: { ...process.env, TURN_SECRET: SECRET }, stdio: ['ignore', 'pipe', 'inherit'] });
-  let log = '';
-  await new Promise<void>((resolve, reject) => {
-    coturn!.stdout!.on('data', (d: Buffer) => {
-      log += d.toString();
-      if (log.includes('Relay ports initialization done')) resolve();
-    });
-    coturn!.once('exit', (code) => reject(new Error(`coturn exited (${code}): ${log.slice(-2000)}`)));
-  });
-  coordinator = forkInNetns(`${P}-pub`, fileURLToPath(new URL('./testing/nat-coordinator.ts', import.meta.url)), {
-    TAH_NAT_COORDINATOR: JSON.stringify({
-      host: PUBLIC,
-      network: {
-        stun: [`stun:${PUBLIC}:3478`],
-        turn: [`turn:${PUBLIC}:3478?transport=udp`, `turn:${PUBLIC}:3478?transport=tcp`],
-        turnSecret: SECRET,
-        turnTtlSeconds: 600,
-        relay: { enabled: true, bytesPerMinute: 64 * 1024 * 1024 },
-      },
-    }),
-  });
-  url = (await nextMessage<{ ready: string }>(coordinator, 'ready', 120_000)).ready;
+  labs = await startNatLab(P);
+  ({ url, secret: SECRET, coordinator } = labs);
 }, 180_000);
 
-afterAll(() => {
-  for (const p of peers) p.kill('SIGKILL');
-  coordinator?.kill('SIGKILL');
-  coturn?.kill('SIGKILL');
-  lab('down', P);
-});
-
-interface Peer {
-  child: ChildProcess;
-  minerId: string;
-  ice: IceConfig;
-}
-
-async function peer(home: 1 | 2): Promise<Peer> {
-  const child = forkInNetns(`${P}-home${home}`, PEER, { TAH_NAT_PEER: JSON.stringify({ url }) });
-  peers.push(child);
-  const { ready } = await nextMessage<{ ready: { minerId: string; ice: IceConfig } }>(child, 'ready', 60_000);
-  return { child, ...ready };
-}
+afterAll(() => labs?.close());
 
 interface Seen {
   paths: Array<[string, PeerPathStats]>;
@@ -124,8 +77,8 @@ describe('peers in two homes, each behind its own NAT', () => {
   }, 60_000);
 
   it('endpoint-independent NATs: the pair connects directly on server-reflexive candidates from coturn\'s STUN; nothing through TURN or the coordinator', async () => {
-    lab('nat', P, '1', 'eim');
-    lab('nat', P, '2', 'eim');
+    labs.nat(1, 'eim');
+    labs.nat(2, 'eim');
     const [a, b] = [await peer(1), await peer(2)];
     const r = await exchange(a, b);
     expect(r.a).toMatchObject({ path: 'direct' });
@@ -136,8 +89,8 @@ describe('peers in two homes, each behind its own NAT', () => {
   }, 120_000);
 
   it('symmetric NATs (a random port per flow): the pair connects through coturn\'s TURN relay over UDP; no frame byte through the coordinator', async () => {
-    lab('nat', P, '1', 'symmetric');
-    lab('nat', P, '2', 'symmetric');
+    labs.nat(1, 'symmetric');
+    labs.nat(2, 'symmetric');
     const [a, b] = [await peer(1), await peer(2)];
     const r = await exchange(a, b);
     expect(r.a.path).toBe('turn');
@@ -148,8 +101,8 @@ describe('peers in two homes, each behind its own NAT', () => {
   }, 120_000);
 
   it('symmetric NATs, real miners: a replica of each of 2 stages in each home, training through TURN past a merge; no frame through the coordinator', async () => {
-    lab('nat', P, '1', 'symmetric');
-    lab('nat', P, '2', 'symmetric');
+    labs.nat(1, 'symmetric');
+    labs.nat(2, 'symmetric');
     const swarm = new MinerSwarm();
     try {
       const before = (await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes;
@@ -176,8 +129,8 @@ describe('peers in two homes, each behind its own NAT', () => {
   }, 420_000);
 
   it('UDP blocked at one home: that end reaches coturn over TCP and the pair connects through TURN', async () => {
-    lab('nat', P, '1', 'udp-blocked');
-    lab('nat', P, '2', 'eim');
+    labs.nat(1, 'udp-blocked');
+    labs.nat(2, 'eim');
     const [a, b] = [await peer(1), await peer(2)];
     const r = await exchange(a, b);
     expect(r.a).toMatchObject({ path: 'turn', relayProtocol: 'tcp' });
@@ -187,8 +140,8 @@ describe('peers in two homes, each behind its own NAT', () => {
   }, 120_000);
 
   it('coturn refuses expired and forged credentials; a miner whose credentials were refused asks the coordinator for fresh ones and connects', async () => {
-    lab('nat', P, '1', 'symmetric');
-    lab('nat', P, '2', 'symmetric');
+    labs.nat(1, 'symmetric');
+    labs.nat(2, 'symmetric');
     const probe = await peer(1);
     const turnUrls = [`turn:${PUBLIC}:3478?transport=udp`];
     const relayCandidates = async (credentials: { username: string; credential: string }): Promise<number> =>

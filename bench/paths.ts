@@ -1,0 +1,108 @@
+/**
+ * npm run bench:paths — one pipeline boundary's transfers on each path two homes can take, in the NAT lab
+ * (scripts/nat-lab.sh via server/src/testing/nat-lab.ts: a public namespace with the coordinator and
+ * Debian's coturn, two homes behind their own nftables NATs; needs root):
+ *   direct      endpoint-independent NATs: server-reflexive candidates from coturn's STUN
+ *   TURN/UDP    symmetric NATs: through coturn's relay over UDP
+ *   TURN/TCP    UDP blocked at one home: that end reaches coturn over TCP
+ *   relay       the coordinator's own frame relay (both ends relay everything)
+ * Per path: latency per frame (p50, p99: COUNT frames sent one at a time, GAP_MS apart, from the
+ * sender's clock to the receiver's, one machine), and throughput (BLAST frames back to back: bytes over
+ * first send to last arrival). The frame is the default run's activation boundary (`small`, bottleneck 8,
+ * int8: 16 × 128 rows). For the relay, the coordinator process's CPU time per relayed MB.
+ *   npm run bench:paths
+ */
+import { encodedBytes, PRESETS } from '@train-at-home/model';
+import { defaultRunConfig } from '../server/src/run-config';
+import { ask } from '../server/src/testing/netns';
+import { startNatLab, type LabPeer, type NatMode } from '../server/src/testing/nat-lab';
+import { finish, machine } from './lib';
+
+const COUNT = 100;
+const GAP_MS = 20;
+const BLAST = 400;
+const run = defaultRunConfig();
+const FRAME_BYTES = encodedBytes(run.training.batchSize * PRESETS[run.preset].contextLength, run.bottleneck, run.codec ?? 'int8');
+
+interface Arrival {
+  seq: number;
+  latencyMs: number;
+  at: number;
+  bytes: number;
+}
+
+const quantile = (xs: number[], q: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+};
+const round = (x: number, digits = 2): number => Math.round(x * 10 ** digits) / 10 ** digits;
+
+async function arrivals(p: LabPeer, n: number): Promise<Arrival[]> {
+  const got: Arrival[] = [];
+  const until = Date.now() + 120_000;
+  while (got.length < n && Date.now() < until) {
+    got.push(...(await ask<Arrival[]>(p.child, 'arrivals')));
+    if (got.length < n) await new Promise((r) => setTimeout(r, 100));
+  }
+  if (got.length < n) throw new Error(`only ${got.length} of ${n} frames arrived`);
+  return got;
+}
+
+const lab = await startNatLab(`tb${process.pid % 100000}`);
+const results: Record<string, { path: string; relayProtocol?: string; p50Ms: number; p99Ms: number; MBps: number; cpuMsPerMB?: number }> = {};
+try {
+  const paths: Array<[string, NatMode, NatMode, boolean]> = [
+    ['direct', 'eim', 'eim', false],
+    ['turnUdp', 'symmetric', 'symmetric', false],
+    ['turnTcp', 'udp-blocked', 'eim', false],
+    ['relay', 'eim', 'eim', true],
+  ];
+  for (const [name, nat1, nat2, relayOnly] of paths) {
+    lab.nat(1, nat1);
+    lab.nat(2, nat2);
+    const a = await lab.peer(1, { relayOnly });
+    const b = await lab.peer(2, { relayOnly });
+    // Connect (and warm up) first.
+    await ask(a.child, 'timed', { to: b.minerId, bytes: FRAME_BYTES, count: 5, gapMs: 0 }, 60_000);
+    await arrivals(b, 5);
+    const seen = new Map((await ask<{ paths: Array<[string, { path: string; relayProtocol?: string }]> }>(a.child, 'paths')).paths).get(b.minerId)!;
+    // Latency: one frame at a time.
+    await ask(a.child, 'timed', { to: b.minerId, bytes: FRAME_BYTES, count: COUNT, gapMs: GAP_MS }, 120_000);
+    const latencies = (await arrivals(b, COUNT)).map((x) => x.latencyMs);
+    // Throughput: back to back.
+    const cpuBefore = await ask<{ user: number; system: number }>(lab.coordinator, 'cpu');
+    const relayedBefore = (await ask<{ frameBytes: number }>(lab.coordinator, 'relayed')).frameBytes;
+    const { firstSentAt } = await ask<{ firstSentAt: number }>(a.child, 'timed', { to: b.minerId, bytes: FRAME_BYTES, count: BLAST, gapMs: 0 }, 300_000);
+    const blast = await arrivals(b, BLAST);
+    const cpuAfter = await ask<{ user: number; system: number }>(lab.coordinator, 'cpu');
+    const relayedMB = ((await ask<{ frameBytes: number }>(lab.coordinator, 'relayed')).frameBytes - relayedBefore) / 1e6;
+    const seconds = (Math.max(...blast.map((x) => x.at)) - firstSentAt) / 1000;
+    const cpuMs = (cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system) / 1000;
+    results[name] = {
+      path: seen.path,
+      ...(seen.relayProtocol ? { relayProtocol: seen.relayProtocol } : {}),
+      p50Ms: round(quantile(latencies, 0.5)),
+      p99Ms: round(quantile(latencies, 0.99)),
+      MBps: round((BLAST * FRAME_BYTES) / 1e6 / seconds),
+      ...(relayedMB > 0 ? { cpuMsPerMB: round(cpuMs / relayedMB) } : {}),
+    };
+    console.log(`${name.padEnd(8)} ${seen.path}${seen.relayProtocol ? `/${seen.relayProtocol}` : ''}: p50 ${results[name]!.p50Ms} ms, p99 ${results[name]!.p99Ms} ms, ${results[name]!.MBps} MB/s${relayedMB > 0 ? `, coordinator ${results[name]!.cpuMsPerMB} CPU ms per relayed MB` : ''}`);
+    a.child.disconnect();
+    b.child.disconnect();
+  }
+} finally {
+  lab.close();
+}
+
+finish('paths', {
+  directMBps: results.direct!.MBps,
+  turnUdpMBps: results.turnUdp!.MBps,
+  turnTcpMBps: results.turnTcp!.MBps,
+  relayMBps: results.relay!.MBps,
+  coordinatorCpuMsPerRelayedMB: results.relay!.cpuMsPerMB ?? null,
+  frameBytes: FRAME_BYTES,
+  paths: results,
+  budget: `${COUNT} frames one at a time (${GAP_MS} ms apart) and ${BLAST} back to back per path, one pair of Node miners (@roamhq/wrtc), NAT lab on one machine (no link delay or loss: figures of the software on each path, not of a real link)`,
+  machine: machine('wasm'),
+});
+process.exit(0);
