@@ -20,7 +20,10 @@ const EMISSION = 1_000_000_007n; // prime: the split always has a remainder to p
 /**
  * Work as the pipeline records it, written straight to the database: each
  * microbatch crossed every boundary both ways, each transfer confirmed by
- * both ends, and the last stage reported a loss with the pathway.
+ * both ends, and the last stage reported a loss with the pathway. No round of
+ * it was trained or committed, so the runs that settle it draw no audits
+ * (auditRate 0): where a round is drawn, only replicas that committed it are
+ * paid for it (validator/accounting.ts, accounting.test.ts).
  */
 async function seedWork(a: App, pathways: string[][], perPathway: number): Promise<void> {
   for (const id of new Set(pathways.flat())) {
@@ -61,7 +64,7 @@ const ids = (n: number): string[] => Array.from({ length: n }, () => randomBytes
 
 describe('the validator process', () => {
   it('runs outside the coordinator, and a validator killed mid-settlement leaves every epoch settled exactly once', async () => {
-    ({ app } = await listeningCoordinator({ name: 'settle-kill', preset: 'tiny', stages: 3, bottleneck: 32, incentives: { epochMs: 4_000, settleAfterMs: 1_000, emissionPerEpoch: EMISSION.toString() } }));
+    ({ app } = await listeningCoordinator({ name: 'settle-kill', preset: 'tiny', stages: 3, bottleneck: 32, incentives: { epochMs: 4_000, settleAfterMs: 1_000, auditRate: 0, emissionPerEpoch: EMISSION.toString() } }));
     const [a, b, c, d, e, f] = ids(6);
     await seedWork(app, [[a!, c!, e!], [b!, d!, f!], [a!, d!, f!], [b!, c!, e!]], 12);
     // Kill the validator the moment it is handed each of the first two scoring jobs.
@@ -107,7 +110,7 @@ describe('the validator process', () => {
       preset: 'tiny',
       stages: 3,
       bottleneck: 32,
-      incentives: { epochMs: EPOCH, settleAfterMs: SETTLE, holdEpochs: 1, emissionPerEpoch: EMISSION.toString() },
+      incentives: { epochMs: EPOCH, settleAfterMs: SETTLE, holdEpochs: 1, auditRate: 0, emissionPerEpoch: EMISSION.toString() },
     }));
     const start = await app.validator.settler.start();
     const [a, b, c, d, e, f] = ids(6);

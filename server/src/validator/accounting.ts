@@ -18,7 +18,15 @@ export interface VerifiedMicrobatch {
  *     (a replay of an older activation), and
  *   - the miner's merge round was not disputed or divergent: a replica named
  *     as a liar, or whose merged weights differed, failed or never came, gets
- *     no work for the training phase before that round.
+ *     no work for the training phase before that round, and
+ *   - the miner could have been audited for it: where the stage's round had an
+ *     audit draw (audit_rounds, rate > 0), only the replicas that committed
+ *     their round with merge-ready and ended it with the agreed weights are
+ *     drawn (Auditor.roundClosed), so only their work in it counts. Work in a
+ *     round the miner never committed (it stayed out of the merge, or was
+ *     not ready in time) or that has not closed yet is work nobody could
+ *     check: unpaid, as a cheat that never commits would otherwise be paid
+ *     without ever being audited.
  * Returns the microbatches and each miner's count.
  */
 export async function verifiedWork(db: Queryable, runId: number, from: Date, to: Date): Promise<{ microbatches: VerifiedMicrobatch[]; work: Map<string, number> }> {
@@ -41,6 +49,7 @@ export async function verifiedWork(db: Queryable, runId: number, from: Date, to:
     [runId, from, to],
   );
   const excluded = await disputedWindows(db, runId);
+  const drawable = await drawableRounds(db, runId);
   const microbatches: VerifiedMicrobatch[] = [];
   const work = new Map<string, number>();
   for (const r of rows) {
@@ -52,6 +61,7 @@ export async function verifiedWork(db: Queryable, runId: number, from: Date, to:
     for (const [stage, miner] of pathway.entries()) {
       const windows = excluded.get(`${stage}:${miner}`) ?? [];
       if (windows.some(([a, b]) => at >= a && at <= b)) continue;
+      if (!drawable.mayPay(stage, miner, at)) continue;
       work.set(miner, (work.get(miner) ?? 0) + 1);
     }
   }
@@ -80,4 +90,50 @@ async function disputedWindows(db: Queryable, runId: number): Promise<Map<string
     out.set(key, [...(out.get(key) ?? []), window]);
   }
   return out;
+}
+
+/**
+ * Who could be drawn for an audit in each stage's rounds. The training of a
+ * stage's round r ends with its merge (the `epochs` row of r, closed at
+ * `ended_at`); the round of time t is the first whose merge had not ended by
+ * t (the round in progress when every merge has). A round without an audit
+ * draw (no audits that round, or it began before the coordinator did) pays as
+ * before; one drawn at rate > 0 pays only the replicas that could be drawn in
+ * it: committed with merge-ready, and merged to the round's agreed weights.
+ */
+async function drawableRounds(db: Queryable, runId: number): Promise<{ mayPay: (stage: number, miner: string, at: Date) => boolean }> {
+  const ends = await db.query<{ stage: number; round: number; ended_at: Date | null }>('SELECT stage, epoch AS round, ended_at FROM epochs WHERE run_id = $1 ORDER BY stage, epoch', [runId]);
+  const draws = await db.query<{ stage: number; round: number; drawable: string[] | string }>(
+    `SELECT a.stage, a.round,
+            coalesce((SELECT jsonb_agg(c.miner_id) FROM round_commitments c
+                      WHERE c.run_id = a.run_id AND c.stage = a.stage AND c.round = a.round
+                        AND e.ended_at IS NOT NULL AND e.merged_hash IS NOT NULL AND e.merged_hashes ->> c.miner_id = e.merged_hash), '[]'::jsonb) AS drawable
+     FROM audit_rounds a LEFT JOIN epochs e ON e.run_id = a.run_id AND e.stage = a.stage AND e.epoch = a.round
+     WHERE a.run_id = $1 AND a.rate > 0`,
+    [runId],
+  );
+  const rounds = new Map<number, Array<{ round: number; endedAt: number }>>();
+  for (const r of ends) rounds.set(r.stage, [...(rounds.get(r.stage) ?? []), { round: r.round, endedAt: r.ended_at ? new Date(r.ended_at).getTime() : Infinity }]);
+  // Only the latest merge can be under way; an earlier one left open (its coordinator stopped mid-merge) bounds nothing.
+  for (const [stage, list] of rounds) rounds.set(stage, list.filter((r, i) => r.endedAt !== Infinity || i === list.length - 1));
+  const drawn = new Map(draws.map((d) => [`${d.stage}:${d.round}`, new Set((typeof d.drawable === 'string' ? JSON.parse(d.drawable) : d.drawable) as string[])]));
+  const roundAt = (stage: number, t: number): number => {
+    const list = rounds.get(stage) ?? [];
+    // Rounds close in order: the first whose merge had not ended by t (a binary search over their ends).
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (list[mid]!.endedAt >= t) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo < list.length ? list[lo]!.round : (list.at(-1)?.round ?? 0) + 1;
+  };
+  return {
+    mayPay: (stage, miner, at) => {
+      if (drawn.size === 0) return true;
+      const who = drawn.get(`${stage}:${roundAt(stage, at.getTime())}`);
+      return !who || who.has(miner);
+    },
+  };
 }
