@@ -226,6 +226,9 @@ describe('relay fallback', () => {
     expect((refusal as CoordinatorError).code).toBe('RELAY_CAP');
     expect((refusal as CoordinatorError).message).toMatch(/3000000 bytes per miner per minute; retry in \d+ ms/);
     expect(sent).toBeLessThanOrEqual(3_000_000);
+    // A mesh sending through the relay learns of the refusal (more than the minute has left): its send fails by name, no frame is lost unseen.
+    const header = { kind: 'activation' as const, runId: 1, epoch: 0, activationId: bytes(16, 50), pathway: [] };
+    await expect(a.mesh.send(b.id, header, bytes(250_000, 50))).rejects.toThrow(/relay refused a frame to .*RELAY_CAP/);
     // Another miner's budget is its own.
     await request(b.socket, 'frame', { v: PROTOCOL_VERSION, to: a.id, chunk: chunk(99) });
     const relay = app.coordinator.network.relay;
@@ -233,6 +236,7 @@ describe('relay fallback', () => {
     try {
       const before = app.coordinator.relayed.frameBytes;
       expect(await code(request(b.socket, 'frame', { v: PROTOCOL_VERSION, to: a.id, chunk: chunk(98) }))).toBe('RELAY_OFF');
+      await expect(b.mesh.send(a.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 97), pathway: [] }, bytes(1_000, 97))).rejects.toThrow(/RELAY_OFF/);
       expect(app.coordinator.relayed.frameBytes).toBe(before);
     } finally {
       app.coordinator.setNetwork({ ...app.coordinator.network, relay });

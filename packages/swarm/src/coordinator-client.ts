@@ -23,6 +23,8 @@ export class CoordinatorError extends Error {
   constructor(
     readonly code: string,
     message: string,
+    /** For a refusal that says when to try again (RATE_LIMITED, RELAY_CAP): how long to wait. */
+    readonly retryAfterMs?: number,
   ) {
     super(`${code}: ${message}`);
   }
@@ -38,12 +40,12 @@ export function isPermanentRefusal(e: unknown): e is CoordinatorError {
   return e instanceof CoordinatorError && PERMANENT_REFUSALS.includes(e.code);
 }
 
-type Reply = { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string } };
+type Reply = { ok: true; [k: string]: unknown } | { ok: false; error: { code: string; message: string; retryAfterMs?: number } };
 
 /** Emits an event and waits for the coordinator's acknowledgement; a rejection throws its named code. */
 export async function request<T>(socket: Socket, event: string, payload: unknown, timeoutMs = 10_000): Promise<T> {
   const reply = (await socket.timeout(timeoutMs).emitWithAck(event, payload)) as Reply;
-  if (!reply.ok) throw new CoordinatorError(reply.error.code, reply.error.message);
+  if (!reply.ok) throw new CoordinatorError(reply.error.code, reply.error.message, typeof reply.error.retryAfterMs === 'number' ? reply.error.retryAfterMs : undefined);
   return reply as unknown as T;
 }
 
@@ -83,10 +85,23 @@ export function coordinatorSignals(socket: Socket, identity: Identity, verify: (
 }
 
 /** The coordinator's frame relay: chunks go up as binary 'frame' events and come down the same way. */
-export function coordinatorRelay(socket: Socket): { send: (to: string, chunk: Uint8Array) => void; onChunk: (handler: (from: string, chunk: Uint8Array) => void) => void } {
+/** How often a relayed chunk refused for the frame event's rate limit is sent again before the send fails. */
+const RELAY_ATTEMPTS = 5;
+
+export function coordinatorRelay(socket: Socket): { send: (to: string, chunk: Uint8Array) => Promise<void>; onChunk: (handler: (from: string, chunk: Uint8Array) => void) => void } {
   return {
-    send(to, chunk) {
-      socket.emit('frame', { v: PROTOCOL_VERSION, to, chunk });
+    // Acknowledged, one chunk at a time: a chunk over the event's rate limit waits as told and goes again
+    // (a few times: a relay that stays busy fails the send); any other refusal fails it at once.
+    async send(to, chunk) {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await request(socket, 'frame', { v: PROTOCOL_VERSION, to, chunk });
+          return;
+        } catch (e) {
+          if (!(e instanceof CoordinatorError && e.code === 'RATE_LIMITED' && attempt < RELAY_ATTEMPTS)) throw e;
+          await new Promise((r) => setTimeout(r, Math.min(e.retryAfterMs ?? 100, 2_000)));
+        }
+      }
     },
     onChunk(handler) {
       socket.on('frame', (m: { from: string; chunk: ArrayBuffer | Uint8Array }) => {

@@ -9,7 +9,8 @@ export interface SignalTransport {
 
 /** Frames through the coordinator, for two peers that cannot connect directly. */
 export interface FrameRelay {
-  send(to: string, chunk: Uint8Array): void;
+  /** Resolves when the relay took the chunk; rejects, naming why, when it refused it (relay off, over its cap). */
+  send(to: string, chunk: Uint8Array): Promise<void>;
   onChunk(handler: (from: string, chunk: Uint8Array) => void): void;
 }
 
@@ -202,10 +203,15 @@ export class PeerMesh {
     }
   }
 
-  private sendRelayed(peerId: string, header: FrameHeader, payload: Uint8Array): { bytes: number; payloadHash: string } {
+  /** Each chunk once the relay took the one before: a refusal (relay off, over its cap) fails the send by name, not silently. */
+  private async sendRelayed(peerId: string, header: FrameHeader, payload: Uint8Array): Promise<{ bytes: number; payloadHash: string }> {
     this.peer(peerId).path = 'coordinator';
     for (const chunk of encodeFrames(header, payload)) {
-      this.options.relay!.send(peerId, chunk);
+      try {
+        await this.options.relay!.send(peerId, chunk);
+      } catch (e) {
+        throw new MeshError(`the coordinator's relay refused a frame to ${peerId}: ${(e as Error).message}`);
+      }
       this.stats.bytesSent += chunk.length;
       this.peer(peerId).bytesSent += chunk.length;
     }
