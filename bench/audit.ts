@@ -9,8 +9,10 @@
  * EPOCH_MS settled SETTLE_AFTER_MS after the second one after it ends (earnings
  * held for the default window of three epochs) once its rounds' audits are done. RUNS runs with different
  * run seeds (weights, data windows). Per cheat and run: flagged for the
- * expected reason, the epoch it was flagged in (1 = the first), and what it
- * earned over the run against the average honest miner. False positives:
+ * expected reason, in how many epochs from the one it began working (and so
+ * cheating) in (1 = that same epoch; 26 miner processes on a small machine
+ * take a while to start, so this is also given from the run's first epoch),
+ * and what it earned over the run against the average honest miner. False positives:
  * honest miners flagged, over all honest miner-rounds audited. Cost: the
  * validator's seconds per audited round against a miner's own compute
  * seconds for a round.
@@ -36,7 +38,7 @@ const backend = await initNodeBackend();
 
 interface RunResult {
   seed: number;
-  detection: Array<{ attack: CheatName; detected: boolean; flags: string[]; epochsToDetect: number | null; earningsRatio: number; paidInEpochs: number[] }>;
+  detection: Array<{ attack: CheatName; detected: boolean; flags: string[]; epochsToDetect: number | null; flaggedInEpoch: number | null; firstWorkEpoch: number | null; earningsRatio: number; paidInEpochs: number[] }>;
   honest: number;
   honestFlagged: number;
   honestRoundsAudited: number;
@@ -85,15 +87,26 @@ async function run(seed: number): Promise<RunResult> {
   }
   const honest = [...roles].filter(([, c]) => !c).map(([id]) => id);
   const honestMean = honest.reduce((s, id) => s + Number(earned.get(id) ?? 0n), 0) / honest.length;
+  // The epoch (0-based from the run's start) each miner first confirmed a transfer in: when its work, and a cheat's cheating, began.
+  const firstWork = new Map(
+    (await app.db.query<{ reporter: string; ms: string }>(`SELECT reporter, floor(extract(epoch FROM min(created_at)) * 1000)::text AS ms FROM receipts WHERE run_id = $1 GROUP BY reporter`, [app.coordinator.runId])).map((r) => [
+      r.reporter,
+      Math.floor((Number(r.ms) - runStart) / EPOCH_MS),
+    ]),
+  );
   const detection = cheats.map((attack) => {
     const id = [...roles].find(([, c]) => c === attack)![0];
     const mine = flags.filter((f) => f.miner_id === id);
     const right = mine.find((f) => (CHEATS[attack].flags as readonly string[]).includes(f.kind));
+    const flaggedIn = right ? Math.floor((new Date(right.created_at).getTime() - runStart) / EPOCH_MS) : null;
+    const began = firstWork.get(id) ?? null;
     return {
       attack,
       detected: !!right,
       flags: mine.map((f) => f.kind),
-      epochsToDetect: right ? Math.floor((new Date(right.created_at).getTime() - runStart) / EPOCH_MS) + 1 : null,
+      epochsToDetect: flaggedIn !== null ? flaggedIn - (began ?? 0) + 1 : null,
+      flaggedInEpoch: flaggedIn !== null ? flaggedIn + 1 : null,
+      firstWorkEpoch: began !== null ? began + 1 : null,
       earningsRatio: honestMean > 0 ? Number(earned.get(id) ?? 0n) / honestMean : 0,
       paidInEpochs: paidIn.get(id) ?? [],
     };
@@ -129,11 +142,11 @@ async function run(seed: number): Promise<RunResult> {
 const runs: RunResult[] = [];
 for (let i = 0; i < RUNS; i++) runs.push(await run(101 + i));
 
-console.log('\ncheat                              detected  epochs to detect  earnings / honest average  (per run)');
+console.log('\ncheat                              detected  epochs to detect (from its first work; from the run start)  earnings / honest average  (per run)');
 for (const attack of Object.keys(CHEATS) as CheatName[]) {
   const d = runs.map((r) => r.detection.find((x) => x.attack === attack)!);
   console.log(
-    `${attack.padEnd(35)}${`${d.filter((x) => x.detected).length}/${d.length}`.padEnd(10)}${d.map((x) => x.epochsToDetect ?? '—').join(', ').padEnd(18)}${d.map((x) => x.earningsRatio.toFixed(2)).join(', ')}`,
+    `${attack.padEnd(35)}${`${d.filter((x) => x.detected).length}/${d.length}`.padEnd(10)}${d.map((x) => `${x.epochsToDetect ?? '—'} (${x.flaggedInEpoch ?? '—'})`).join(', ').padEnd(50)}${d.map((x) => x.earningsRatio.toFixed(2)).join(', ')}`,
   );
 }
 const audited = runs.reduce((s, r) => s + r.audits.passed + r.audits.failed, 0);
@@ -153,6 +166,7 @@ finish('audit', {
   falsePositives: runs.reduce((s, r) => s + r.honestFlagged, 0),
   honestRoundsAudited: runs.reduce((s, r) => s + r.honestRoundsAudited, 0),
   maxEpochsToDetect: Math.max(...all.map((d) => d.epochsToDetect ?? Infinity)),
+  maxEpochsToDetectFromRunStart: Math.max(...all.map((d) => d.flaggedInEpoch ?? Infinity)),
   maxCheaterEarningsRatio: Math.max(...all.map((d) => d.earningsRatio)),
   auditRate: AUDIT_RATE,
   holdEpochs: HOLD_EPOCHS,

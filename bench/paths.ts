@@ -8,7 +8,7 @@
  *   relay       the coordinator's own frame relay (both ends relay everything)
  * Per path: latency per frame (p50, p99: COUNT frames sent one at a time, GAP_MS apart, from the
  * sender's clock to the receiver's, one machine), and throughput (BLAST frames back to back: bytes over
- * first send to last arrival). The frame is the default run's activation boundary (`small`, bottleneck 8,
+ * first send to last arrival; each send waits for the one before, as the pipeline's do). The frame is the default run's activation boundary (`small`, bottleneck 8,
  * int8: 16 × 128 rows). For the relay, the coordinator process's CPU time per relayed MB.
  *   npm run bench:paths
  */
@@ -102,7 +102,7 @@ finish('paths', {
   coordinatorCpuMsPerRelayedMB: results.relay!.cpuMsPerMB ?? null,
   frameBytes: FRAME_BYTES,
   paths: results,
-  budget: `${COUNT} frames one at a time (${GAP_MS} ms apart) and ${BLAST} back to back per path, one pair of Node miners (@roamhq/wrtc), NAT lab on one machine (no link delay or loss: figures of the software on each path, not of a real link)`,
+  budget: `${COUNT} frames one at a time (${GAP_MS} ms apart) and ${BLAST} back to back per path, one pair of Node miners (@roamhq/wrtc), NAT lab on one machine (no link delay or loss: figures of the software on each path, not of a real link); the relay acknowledges each chunk and takes at most 200 frame events a second per connection (socket/rate-limits.ts), which bounds relayMBps here`,
   machine: machine('wasm'),
 });
 process.exit(0);
