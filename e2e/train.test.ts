@@ -72,6 +72,22 @@ describe('Train at Home in Chromium tabs', () => {
     }
     expect(matched).toBeGreaterThan(0);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
+    // Each page shows how it reaches each peer: here directly (one network, host candidates), with bytes, never
+    // through TURN or the coordinator; and each tab's heartbeats tell the dashboard the same.
+    for (const tab of tabs) {
+      const paths = await tab.locator('[data-testid="path"]').evaluateAll((els) => els.map((e) => ({ path: e.getAttribute('data-path'), text: e.textContent ?? '' })));
+      console.log(`e2e: paths ${JSON.stringify(paths)}`);
+      expect(paths.some((p) => p.path === 'direct' && /sent/.test(p.text))).toBe(true);
+      expect(paths.filter((p) => p.path === 'turn' || p.path === 'coordinator')).toEqual([]);
+    }
+    const dashboard = (await app.fastify.inject({ method: 'GET', url: '/api/dashboard' })).json() as { swarm: { stages: Array<{ miners: Array<{ paths?: Record<string, { peers: number; bytes: number }> }> }> } };
+    const reported = dashboard.swarm.stages.flatMap((s) => s.miners.map((m) => m.paths));
+    expect(reported).toHaveLength(4);
+    for (const p of reported) {
+      expect(p?.direct?.peers).toBeGreaterThan(0);
+      expect(p?.direct?.bytes).toBeGreaterThan(0);
+      expect([p?.turn, p?.coordinator]).toEqual([undefined, undefined]);
+    }
 
     // The tabs' whole rounds replayed bit for bit in the validator (Chromium's WASM and Node's agree): audits
     // passed, none failed or went unanswered, and no honest tab was flagged.

@@ -37,7 +37,11 @@ describe('the dashboard feed', () => {
     const { minerId } = await register(miner, generateIdentity(), { backend: 'wasm', tokensPerSec: 10 });
     // The miner says what it is doing; a report with a NaN rate is refused by the schema and never shown.
     const beat = (status: unknown) => new Promise<{ ok: boolean }>((r) => miner.emit('heartbeat', { v: PROTOCOL_VERSION, seq: 1, status }, r));
-    expect(await beat({ phase: 'waiting', why: 'no miner holds stage 1 yet', tokensPerSec: 0, microbatches: 0 })).toEqual({ ok: true });
+    // Paths: per path the peers and bytes; an unknown path, a negative count or a stray field is refused.
+    expect(await beat({ phase: 'training', tokensPerSec: 1, microbatches: 1, paths: { lan: { peers: 1, bytes: 1 } } })).toMatchObject({ ok: false, error: { code: 'SCHEMA' } });
+    expect(await beat({ phase: 'training', tokensPerSec: 1, microbatches: 1, paths: { turn: { peers: -1, bytes: 1 } } })).toMatchObject({ ok: false, error: { code: 'SCHEMA' } });
+    expect(await beat({ phase: 'training', tokensPerSec: 1, microbatches: 1, paths: { turn: { peers: 1, bytes: 1, host: 'x' } } })).toMatchObject({ ok: false, error: { code: 'SCHEMA' } });
+    expect(await beat({ phase: 'waiting', why: 'no miner holds stage 1 yet', tokensPerSec: 0, microbatches: 0, paths: { direct: { peers: 2, bytes: 4096 }, turn: { peers: 1, bytes: 512 } } })).toEqual({ ok: true });
     expect(await beat({ phase: 'training', tokensPerSec: NaN, microbatches: 3 })).toMatchObject({ ok: false });
     expect(await beat({ phase: 'training', tokensPerSec: 5e9, microbatches: 3 })).toMatchObject({ ok: false });
 
@@ -62,7 +66,7 @@ describe('the dashboard feed', () => {
     expect(last.sentAt).toBeGreaterThan(0);
     // REST says the same for a first paint.
     const first = await (await fetch(`${url}/api/dashboard`)).json();
-    expect(first.swarm.stages[0].miners[0]).toMatchObject({ id: minerId, state: 'waiting', backend: 'wasm' });
+    expect(first.swarm.stages[0].miners[0]).toMatchObject({ id: minerId, state: 'waiting', backend: 'wasm', paths: { direct: { peers: 2, bytes: 4096 }, turn: { peers: 1, bytes: 512 } } });
     expect(first.run).toMatchObject({ name: 'dashboard', stages: 2 });
   });
 

@@ -1,7 +1,7 @@
 import wrtc from '@roamhq/wrtc';
 import { encodeFrames, generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
 import { DATA_DIR, datasetName, loadDataset, prepareData } from '@train-at-home/model/node';
-import { CoordinatorError, MeshPort, NO_PATH, PeerMesh, coordinatorRelay, noPathText, coordinatorSignals, hostMesh, httpTokenSource, register, request, type MeshHost } from '@train-at-home/swarm';
+import { CoordinatorError, MeshPort, NO_PATH, PeerMesh, coordinatorRelay, noPathText, coordinatorSignals, hostMesh, httpTokenSource, register, request, summarizePaths, type MeshHost } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
@@ -146,6 +146,12 @@ describe('the mesh across a thread boundary (a browser worker\'s miner, the page
     expect(await atA).toEqual({ from: b.id, payload: bytes(90_000, 12) });
     expect(host.mesh!.stats.bytesSent).toBeGreaterThan(700_000);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
+    // The worker's miner knows the page's paths (for its heartbeat): told them every PATHS_EVERY_MS.
+    await expect.poll(() => port.paths().get(b.id), { timeout: 10_000 }).toMatchObject(host.mesh!.paths().get(b.id)!);
+    const seen = port.paths().get(b.id)!;
+    expect(seen.bytesSent).toBeGreaterThan(700_000);
+    expect(seen.bytesReceived).toBeGreaterThan(90_000);
+    expect(summarizePaths(port.paths())).toEqual({ direct: { peers: 1, bytes: seen.bytesSent + seen.bytesReceived } });
     // A send to a peer that is not there fails in the worker with the page's reason, and nothing hangs.
     await expect(port.send('e'.repeat(64), { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 3), pathway: [] }, bytes(10, 1))).rejects.toThrow(/no connection|closed|failed/);
   }, 60_000);

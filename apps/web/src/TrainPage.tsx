@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'react';
-import { bytes, minerLabel, rewardTokens } from './format';
+import { bytes, minerLabel, pathLabel, rewardTokens } from './format';
 import { useTabContext } from './tab/TabContext';
+import type { TabStatus } from './tab/messages';
 import type { TabState } from './tab/useTab';
 
 const PHASE_TEXT: Record<string, string> = {
@@ -182,6 +183,20 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
             </span>
           )}
         </dd>
+        <dt>Paths</dt>
+        <dd data-testid="paths">
+          {tab.paths?.length ? (
+            <ul className="paths">
+              {tab.paths.map(([id, p]) => (
+                <li key={id} data-testid="path" data-path={p.path} data-peer={id}>
+                  <span className="mono">{minerLabel(id)}</span> {roleOf(s, id)}: {pathLabel(p.path, p.relayProtocol)} · {bytes(p.bytesSent)} sent, {bytes(p.bytesReceived)} received
+                </li>
+              ))}
+            </ul>
+          ) : (
+            '—'
+          )}
+        </dd>
         <dt>Sent / received</dt>
         <dd data-testid="traffic">{s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)}` : '—'}</dd>
         <dt>Compression</dt>
@@ -316,4 +331,13 @@ export function TrainPage() {
       )}
     </main>
   );
+}
+
+/** Which of this tab's neighbours a peer is, for the paths list. */
+function roleOf(s: TabStatus | undefined, id: string): string {
+  if (!s || s.stage === undefined) return '';
+  if (s.peers.replicas.includes(id)) return `(replica, stage ${s.stage + 1})`;
+  if (s.peers.previous.includes(id)) return `(stage ${s.stage})`;
+  if (s.peers.next.includes(id)) return `(stage ${s.stage + 2})`;
+  return '';
 }

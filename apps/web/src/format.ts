@@ -42,3 +42,16 @@ export function minerLabel(id: string): string {
 export function rewardTokens(baseUnits: string, decimals = 4): string {
   return `${tokens(baseUnits, decimals)} reward token${BigInt(baseUnits) === BASE_UNITS_PER_TOKEN ? '' : 's'}`;
 }
+
+/** How a pair's bytes travel, in words: straight between the two, through the operator's TURN server, or through the coordinator. */
+export function pathLabel(path: 'direct' | 'turn' | 'coordinator' | 'connecting', relayProtocol?: string): string {
+  if (path === 'turn') return relayProtocol ? `TURN (${relayProtocol})` : 'TURN';
+  if (path === 'coordinator') return 'coordinator relay';
+  return path;
+}
+
+/** A miner's paths, summed per path: "2 direct, 3.1 MB · 1 TURN, 420 kB". */
+export function pathsSummary(paths: Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>> | undefined): string {
+  const parts = (['direct', 'turn', 'coordinator'] as const).flatMap((p) => (paths?.[p] ? [`${paths[p].peers} ${pathLabel(p)}, ${bytes(paths[p].bytes)}`] : []));
+  return parts.length ? parts.join(' · ') : '—';
+}

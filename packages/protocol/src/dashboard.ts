@@ -41,6 +41,8 @@ export interface DashboardMiner {
   why?: string;
   tokensPerSec?: number;
   microbatches?: number;
+  /** The miner's own word on how its peers are reached: per path, how many peers and the bytes both ways. */
+  paths?: Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>>;
 }
 
 export interface DashboardSwarm {

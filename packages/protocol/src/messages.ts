@@ -36,6 +36,8 @@ const Sha256Hex = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const ActivationId = Type.String({ pattern: '^[0-9a-f]{32}$' });
 /** PostgreSQL's integer: every integer field stored in one has its bounds. */
 const INT4_MAX = 2 ** 31 - 1;
+/** Peers on one path and the bytes both ways over it (a heartbeat's `paths`). */
+const PathUse = Type.Object({ peers: Type.Integer({ minimum: 0, maximum: 100_000 }), bytes: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }) }, { additionalProperties: false });
 
 export const ClientEvents = {
   /** Asks for fresh ICE servers (TURN credentials are short-lived): answered with an IceConfig. */
@@ -67,6 +69,10 @@ export const ClientEvents = {
             /** Tokens this miner processed per second, lately. */
             tokensPerSec: Type.Number({ minimum: 0, maximum: 1e7 }),
             microbatches: Type.Integer({ minimum: 0, maximum: INT4_MAX }),
+            /** Per path its peers take (direct, through TURN, through the coordinator's relay), how many and the bytes both ways. */
+            paths: Type.Optional(
+              Type.Object({ direct: Type.Optional(PathUse), turn: Type.Optional(PathUse), coordinator: Type.Optional(PathUse) }, { additionalProperties: false }),
+            ),
           },
           { additionalProperties: false },
         ),

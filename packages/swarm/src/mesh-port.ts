@@ -1,5 +1,5 @@
 import { FrameError, type AssembledMessage, type FrameErrorCode, type FrameHeader, type IceServer } from '@train-at-home/protocol';
-import { PeerMesh, type Mesh, type MeshOptions, type SignalTransport } from './mesh';
+import { PeerMesh, type Mesh, type MeshOptions, type PeerPathStats, type SignalTransport } from './mesh';
 
 /**
  * The peer mesh across a thread boundary. Browsers give WebRTC to the page
@@ -37,7 +37,12 @@ export type ToWorker =
   | { mesh: 'reject'; from: string; code: string; error: string }
   | { mesh: 'signal-out'; to: string; kind: SignalKind; payload: string }
   /** A connection failed: the worker asks the coordinator for fresh ICE servers and answers with 'ice'. */
-  | { mesh: 'refresh-ice' };
+  | { mesh: 'refresh-ice' }
+  /** Each peer's path and bytes, every few seconds (the miner's heartbeat tells the dashboard). */
+  | { mesh: 'paths'; paths: Array<[string, PeerPathStats]> };
+
+/** How often the page tells the worker its mesh's paths. */
+export const PATHS_EVERY_MS = 2_000;
 
 /** A detached copy of a view's bytes, so its buffer can be transferred. */
 function own(bytes: Uint8Array): Uint8Array {
@@ -51,6 +56,7 @@ export class MeshPort implements Mesh {
   private readonly waiting = new Map<number, { resolve: (r: { bytes: number; payloadHash: string }) => void; reject: (e: Error) => void }>();
   private nextId = 0;
   private closed = false;
+  private lastPaths = new Map<string, PeerPathStats>();
 
   constructor(
     private readonly port: PortLike,
@@ -82,6 +88,9 @@ export class MeshPort implements Mesh {
           // refreshIce calls setIceServers, which answers the page; without one the page stops waiting on its own.
           if (!this.closed) void options.refreshIce?.().catch(() => {});
           break;
+        case 'paths':
+          this.lastPaths = new Map(m.paths);
+          break;
       }
     });
     port.start?.();
@@ -90,6 +99,11 @@ export class MeshPort implements Mesh {
 
   setIceServers(iceServers: IceServer[]): void {
     if (!this.closed) this.post({ mesh: 'ice', iceServers });
+  }
+
+  /** Each peer's path and bytes as the page's mesh last told them (every PATHS_EVERY_MS). */
+  paths(): Map<string, PeerPathStats> {
+    return new Map([...this.lastPaths].map(([id, p]) => [id, { ...p }]));
   }
 
   onMessage(handler: (from: string, message: AssembledMessage) => void): void {
@@ -137,8 +151,12 @@ export interface MeshHost {
  * The page's side: owns the real PeerMesh for the miner in the worker behind
  * `port`. A new `init` (the miner restarted) replaces the previous mesh.
  */
-export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPerSec?: number } = {}): MeshHost {
+export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPerSec?: number; pathsEveryMs?: number } = {}): MeshHost {
   let mesh: PeerMesh | undefined;
+  // The worker's miner reports its paths with its heartbeats: it is told them this often.
+  const pathsTimer = setInterval(() => {
+    if (mesh) post({ mesh: 'paths', paths: [...mesh.paths()] });
+  }, options.pathsEveryMs ?? PATHS_EVERY_MS);
   let signalHandler: ((from: string, kind: SignalKind, payload: string) => void) | undefined;
   let cap = options.uploadBytesPerSec ?? Infinity;
   const iceWaiters: Array<() => void> = [];
@@ -203,6 +221,7 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
       cap = bytesPerSecond > 0 ? bytesPerSecond : Infinity;
     },
     close() {
+      clearInterval(pathsTimer);
       mesh?.close();
       mesh = undefined;
     },

@@ -50,8 +50,23 @@ export interface PeerPathStats {
   bytesReceived: number;
 }
 
+/** Per path, how many peers take it and the bytes both ways over it: what a miner's heartbeat tells the dashboard. */
+export type PathSummary = Partial<Record<PeerPath, { peers: number; bytes: number }>>;
+
+/** Sums a mesh's per-peer paths by path (peers still connecting are left out). */
+export function summarizePaths(paths: ReadonlyMap<string, PeerPathStats>): PathSummary {
+  const out: PathSummary = {};
+  for (const p of paths.values()) {
+    if (p.path === 'connecting') continue;
+    const s = (out[p.path] ??= { peers: 0, bytes: 0 });
+    s.peers++;
+    s.bytes += p.bytesSent + p.bytesReceived;
+  }
+  return out;
+}
+
 /** What a miner needs of its mesh: the PeerMesh itself, or a MeshPort to one on another thread. */
-export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close' | 'setIceServers'>;
+export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close' | 'setIceServers' | 'paths'>;
 
 export class MeshError extends Error {
   override name = 'MeshError';

@@ -8,7 +8,7 @@ import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, t
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
 import { CoordinatorError, coordinatorRelay, coordinatorSignals, register, request, requestIce, type Registration } from './coordinator-client';
-import { NO_PATH, PeerMesh, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
+import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PathSummary, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 
 /** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */
@@ -255,13 +255,15 @@ export class Miner {
   }
 
   /** What the dashboard shows of this miner (sent with each heartbeat). */
-  private heartbeatStatus(): { phase: MinerPhase; why?: string; tokensPerSec: number; microbatches: number } {
+  private heartbeatStatus(): { phase: MinerPhase; why?: string; tokensPerSec: number; microbatches: number; paths?: PathSummary } {
     const s = this.status;
+    const paths = this.paths();
     return {
       phase: s.phase,
       ...(s.why ? { why: s.why.slice(0, 200) } : {}),
       tokensPerSec: Math.min(1e7, Math.max(0, Number.isFinite(s.tokensPerSec) ? s.tokensPerSec : 0)),
       microbatches: Math.min(2 ** 31 - 1, s.microbatches),
+      ...(paths?.size ? { paths: summarizePaths(paths) } : {}),
     };
   }
 
@@ -706,9 +708,9 @@ export class Miner {
     this.worker?.resume();
   }
 
-  /** Each peer's path (direct, TURN, coordinator) and bytes, where this miner holds its mesh itself (a Node miner; a tab's page holds its own). */
+  /** Each peer's path (direct, TURN, coordinator) and bytes: its own mesh's, or, in a tab, as the page's mesh last told it. */
   paths(): Map<string, PeerPathStats> | undefined {
-    return this.mesh instanceof PeerMesh ? this.mesh.paths() : undefined;
+    return this.mesh?.paths();
   }
 
   /** Peers that no path reached within the last minute. */

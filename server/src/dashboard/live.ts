@@ -6,6 +6,8 @@ export interface MinerReport {
   why?: string;
   tokensPerSec: number;
   microbatches: number;
+  /** Per path its peers take (direct, TURN, the coordinator's relay): how many, and the bytes both ways. */
+  paths?: Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>>;
   /** When it said so (ms since epoch). */
   at: number;
 }

@@ -24,6 +24,7 @@ export async function swarmSnapshot(c: Coordinator, nowMs = Date.now()): Promise
         ...(fresh && r.why ? { why: r.why } : {}),
         ...(fresh && sane(r.tokensPerSec, B.tokensPerSec) !== undefined ? { tokensPerSec: r.tokensPerSec } : {}),
         ...(fresh ? { microbatches: r.microbatches } : {}),
+        ...(fresh && r.paths ? { paths: r.paths } : {}),
       };
     }),
   }));

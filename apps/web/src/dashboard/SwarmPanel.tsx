@@ -1,6 +1,6 @@
 import type { DashboardSwarm } from '@train-at-home/protocol';
 import { Fragment } from 'react';
-import { bytes, minerLabel } from '../format';
+import { bytes, minerLabel, pathsSummary } from '../format';
 
 const rate = (n: number, unit: string): string => `${n < 10 ? n.toFixed(1) : n.toFixed(0)} ${unit}/s`;
 const seconds = (ms: number | null): string => (ms === null ? 'running' : `${(ms / 1000).toFixed(1)} s`);
@@ -8,7 +8,7 @@ const seconds = (ms: number | null): string => (ms === null ? 'running' : `${(ms
 const sameMiner = (a: string, b: string): boolean => a.replace(/^0x/i, '').toLowerCase() === b.replace(/^0x/i, '').toLowerCase();
 
 /**
- * Stages with their miners (backend, tokens/s, state and why), traffic between stages, bytes, merges.
+ * Stages with their miners (backend, tokens/s, state and why, how they reach their peers), traffic between stages, bytes, merges.
  * `self` is this tab's miner id, when it has joined: its row says "you".
  */
 export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: string }) {
@@ -38,6 +38,7 @@ export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: str
                       <th>backend</th>
                       <th>tokens/s</th>
                       <th>state</th>
+                      <th title="how this miner reaches its peers: directly, through the operator's TURN server, or through the coordinator (its own word)">peers</th>
                     </tr>
                   </thead>
                   <tbody>
@@ -57,11 +58,14 @@ export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: str
                             <td>{m.backend}</td>
                             <td className="amount">{m.tokensPerSec !== undefined ? m.tokensPerSec.toFixed(0) : '—'}</td>
                             <td>{m.state}</td>
+                            <td className="hint" data-testid="paths">
+                              {pathsSummary(m.paths)}
+                            </td>
                           </tr>
                           {/* Why, on a row of its own across the table: a long reason would wrap into a narrow column. */}
                           {m.why && (
                             <tr className="why-row">
-                              <td colSpan={4} className="hint">
+                              <td colSpan={5} className="hint">
                                 {m.why}
                               </td>
                             </tr>

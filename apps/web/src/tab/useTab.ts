@@ -1,4 +1,4 @@
-import type { MeshHost } from '@train-at-home/swarm';
+import type { MeshHost, PeerPathStats } from '@train-at-home/swarm';
 import { useCallback, useEffect, useRef, useState } from 'react';
 import type { FromTabWorker, KernelCheck, ProbeOutcome, TabBackend, TabStatus, ToTabWorker } from './messages';
 
@@ -11,6 +11,8 @@ export interface TabState {
   /** This tab's miner identity (sr25519 public key, 0x hex, and its SS58 address), once the worker made it. */
   identity?: { publicKey: string; address: string };
   kernelCheck?: { result?: KernelCheck; error?: string };
+  /** Each peer of this tab's mesh: whether it is reached directly, through TURN or through the coordinator, and the bytes each way. */
+  paths?: Array<[string, PeerPathStats]>;
   notices: string[];
   error?: string;
 }
@@ -128,6 +130,16 @@ export function useTab(): Tab {
   }, []);
 
   useEffect(() => () => worker.current?.terminate(), []);
+
+  // The page holds the mesh: its per-peer paths are read here, every PATHS_EVERY_MS while the tab trains.
+  useEffect(() => {
+    if (!state.joined) return;
+    const timer = setInterval(() => {
+      const paths = host.current?.mesh?.paths();
+      if (paths) setState((s) => ({ ...s, paths: [...paths] }));
+    }, 2_000);
+    return () => clearInterval(timer);
+  }, [state.joined]);
 
   return {
     ...state,
