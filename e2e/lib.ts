@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -53,10 +53,18 @@ export async function startCoordinator(run: AppOptions['run']): Promise<{ app: A
 
 const FLAGS = ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-renderer-backgrounding', '--disable-background-timer-throttling', '--disable-backgrounding-occluded-windows'];
 
-/** One browser process (Debian's Chromium) with a fresh profile; removed with `close`. */
-export async function launchBrowser(extraArgs: string[] = []): Promise<{ context: BrowserContext; close(): Promise<void> }> {
+/** One browser process (Debian's Chromium) with a fresh profile, in network namespace `netns` when named; removed with `close`. */
+export async function launchBrowser(extraArgs: string[] = [], netns?: string): Promise<{ context: BrowserContext; close(): Promise<void> }> {
   const profile = mkdtempSync(join(tmpdir(), 'tah-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, { executablePath: '/usr/bin/chromium', headless: true, args: [...FLAGS, ...extraArgs], viewport: { width: 1000, height: 900 } });
+  let executablePath = '/usr/bin/chromium';
+  if (netns) {
+    // Playwright drives the browser over inherited pipes, which `ip netns exec` keeps.
+    executablePath = join(profile, 'chromium-in-netns');
+    writeFileSync(executablePath, `#!/bin/sh\nexec ip netns exec ${netns} /usr/bin/chromium "$@"\n`);
+    chmodSync(executablePath, 0o755);
+  }
+  mkdirSync(join(profile, 'profile'));
+  const context = await chromium.launchPersistentContext(join(profile, 'profile'), { executablePath, headless: true, args: [...FLAGS, ...extraArgs], viewport: { width: 1000, height: 900 } });
   return {
     context,
     async close() {

@@ -181,6 +181,8 @@ export class Miner {
   private readonly traffic = { sent: 0, received: 0, uncompressed: 0 };
   private lastLoss?: number;
   private lastWorkAt = 0;
+  /** When a transfer last reached this miner (an activation or gradient from a peer). */
+  private lastReceivedAt = 0;
   /** (time, tokens, compute ms) samples of the last 20 s and the one before, for tokens/s and the busy share. */
   private readonly rate: Array<[number, number, number]> = [];
   /** Recent gaps between transfers (ms): how long this stage usually waits for its next microbatch. */
@@ -218,7 +220,9 @@ export class Miner {
       else if (r && stage !== undefined && stage > 0 && peers.previous.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage} yet`];
       else if (r && stage !== undefined && stage < r.layout.stages - 1 && peers.next.length === 0) [phase, why] = ['waiting', `no miner holds stage ${stage + 2} yet`];
       else if (gone && (this.lastWorkAt === 0 || silentMs > this.stallMs())) [phase, why] = ['waiting', unreachableText(gone, now)];
-      else if (this.noPathPeers(now) > 0 && (this.lastWorkAt === 0 || silentMs > this.stallMs())) [phase, why] = ['waiting', noPathText(this.noPathPeers(now))];
+      // Sends that no path took, and nothing received lately: a stage 0 keeps starting microbatches (each one work
+      // here) that never come back, so its own sends do not count as progress.
+      else if (this.noPathPeers(now) > 0 && (this.lastReceivedAt === 0 || now - this.lastReceivedAt > this.stallMs())) [phase, why] = ['waiting', noPathText(this.noPathPeers(now))];
       else if (this.lastWorkAt === 0) [phase, why] = ['waiting', 'connected; waiting for the first microbatch to reach this stage'];
       else if (silentMs > this.stallMs()) {
         phase = 'idle';
@@ -447,6 +451,7 @@ export class Miner {
     this.rate.length = 0; // a new worker counts its tokens from 0
     this.gaps.length = 0;
     this.lastWorkAt = 0;
+    this.lastReceivedAt = 0;
     this.endMerge();
     this.worker?.dispose();
     this.model?.dispose();
@@ -501,6 +506,7 @@ export class Miner {
           if (this.gaps.length > 20) this.gaps.shift();
         }
         this.lastWorkAt = at;
+        if (t.to === minerId) this.lastReceivedAt = at;
         this.rate.push([at, this.worker?.stats.tokens ?? 0, this.worker?.stats.computeMs ?? 0]);
         if (this.rate.length > 1000) this.rate.shift();
         this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t });

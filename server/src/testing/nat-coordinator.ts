@@ -1,27 +1,29 @@
 /**
  * A coordinator in the lab's public namespace (scripts/nat-lab.sh), for server/src/nat.test.ts:
- * listens on TAH_NAT_COORDINATOR's host, with its network settings; over IPC it answers its relayed
- * byte counts, each stage's merge round and its CPU time (bench/paths.ts), and takes new network settings (a rotated TURN secret).
+ * listens on TAH_NAT_COORDINATOR's host, with its network settings (and the web app, for tabs: e2e/nat.test.ts);
+ * over IPC it answers its relayed byte counts, its connected miners, each stage's merge round and its CPU time (bench/paths.ts), and takes new network settings (a rotated TURN secret).
  * Its run: `tiny` in 2 stages merging every 4 microbatches, no audits (the test is about paths).
  */
 import { DATA_DIR, initNodeBackend } from '@train-at-home/model/node';
 import { buildApp } from '../app';
 import type { NetworkSettings } from '../network';
 
-const { host, network } = JSON.parse(process.env.TAH_NAT_COORDINATOR ?? '{}') as { host: string; network: Partial<NetworkSettings> };
+const { host, network, webRoot } = JSON.parse(process.env.TAH_NAT_COORDINATOR ?? '{}') as { host: string; network: Partial<NetworkSettings>; webRoot?: string };
 await initNodeBackend(); // the validator's held-out evaluations and audits
 const app = await buildApp({
   // Embedded PGlite, in memory: the lab's public namespace cannot reach a PostgreSQL server on the host's loopback
   // (scripts/test-postgres.sh), and the paths between homes are what this run is about.
   database: {},
   dataRoot: DATA_DIR,
+  ...(webRoot ? { webRoot } : {}),
   run: { name: 'nat', preset: 'tiny', stages: 2, bottleneck: 32, merge: { every: 4, maxTrainingMs: 30_000 }, incentives: { auditRate: 0 } },
   network,
 });
 const url = await app.fastify.listen({ port: 0, host });
 process.send!({ ready: url });
-process.on('message', (m: { relayed?: true; network?: Partial<NetworkSettings>; rounds?: true; cpu?: true }) => {
+process.on('message', (m: { relayed?: true; network?: Partial<NetworkSettings>; rounds?: true; cpu?: true; miners?: true }) => {
   if (m.relayed) process.send!({ relayed: { ...app.coordinator.relayed } });
+  if (m.miners) process.send!({ miners: [...app.coordinator.sockets.keys()] });
   if (m.cpu) process.send!({ cpu: process.cpuUsage() });
   if (m.rounds) process.send!({ rounds: app.coordinator.phases.status().map((s) => s.round) });
   if (m.network) {

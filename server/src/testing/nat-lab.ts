@@ -34,7 +34,8 @@ export interface NatLab {
   close(): void;
 }
 
-export async function startNatLab(prefix: string, network: Partial<NetworkSettings> = {}): Promise<NatLab> {
+/** `webRoot`: the built web app, served by the lab's coordinator for browser tabs (e2e/nat.test.ts). */
+export async function startNatLab(prefix: string, network: Partial<NetworkSettings> = {}, options: { webRoot?: string } = {}): Promise<NatLab> {
   const lab = (...args: string[]): void => void execFileSync('bash', [`${ROOT}scripts/nat-lab.sh`, ...args], { stdio: 'inherit' });
   const secret = `lab-secret-${process.pid}`;
   const children: ChildProcess[] = [];
@@ -60,6 +61,7 @@ export async function startNatLab(prefix: string, network: Partial<NetworkSettin
     const coordinator = forkInNetns(`${prefix}-pub`, fileURLToPath(new URL('./nat-coordinator.ts', import.meta.url)), {
       TAH_NAT_COORDINATOR: JSON.stringify({
         host: PUBLIC,
+        ...(options.webRoot ? { webRoot: options.webRoot } : {}),
         network: {
           stun: [`stun:${PUBLIC}:3478`],
           turn: [`turn:${PUBLIC}:3478?transport=udp`, `turn:${PUBLIC}:3478?transport=tcp`],
