@@ -18,6 +18,21 @@ export async function requestIce(socket: Socket): Promise<IceConfig> {
   return (await request<{ ice: IceConfig }>(socket, 'ice', { v: PROTOCOL_VERSION })).ice;
 }
 
+/**
+ * A GET that a dropped connection does not fail (a keep-alive connection the server closed just as it was reused, a
+ * flaky home link): tried again after 0.5, 1 and 2 s. Any HTTP answer, whatever its status, is returned as it came.
+ */
+export async function getRetrying(url: string, attempts = 4): Promise<Response> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fetch(url);
+    } catch (e) {
+      if (attempt >= attempts) throw e;
+      await new Promise((r) => setTimeout(r, 500 * 2 ** (attempt - 1)));
+    }
+  }
+}
+
 export class CoordinatorError extends Error {
   override name = 'CoordinatorError';
   constructor(

@@ -1,4 +1,5 @@
 import { DataError, datasetName, decodeShard, type DataManifest } from '@train-at-home/model';
+import { getRetrying } from './coordinator-client';
 import type { TokenSource } from './miner';
 
 /**
@@ -10,7 +11,7 @@ export function httpTokenSource(baseUrl: string, onProgress?: (done: number, tot
   return {
     async train(vocabSize) {
       const root = `${baseUrl}/data/${datasetName(vocabSize)}`;
-      const res = await fetch(`${root}/manifest.json`);
+      const res = await getRetrying(`${root}/manifest.json`);
       if (!res.ok) throw new DataError(`no dataset at ${root} (HTTP ${res.status})`);
       const manifest = (await res.json()) as DataManifest;
       if (manifest.vocabSize !== vocabSize || !Array.isArray(manifest.train)) throw new DataError(`${root}/manifest.json does not describe a ${vocabSize}-token dataset`);
@@ -20,7 +21,7 @@ export function httpTokenSource(baseUrl: string, onProgress?: (done: number, tot
       let at = 0;
       onProgress?.(0, total);
       for (const shard of manifest.train) {
-        const r = await fetch(`${root}/${shard.file}`);
+        const r = await getRetrying(`${root}/${shard.file}`);
         if (!r.ok) throw new DataError(`shard ${shard.file}: HTTP ${r.status}`);
         const bytes = new Uint8Array(await r.arrayBuffer());
         const tokens = decodeShard(bytes, shard);
