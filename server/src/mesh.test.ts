@@ -91,6 +91,24 @@ describe('peer mesh over WebRTC, signaled through the coordinator', () => {
     expect(noPathText(2)).toMatch(/^cannot reach 2 peers: .*Try another network/);
   });
 
+  it('an end that only answers learns that the connection never came: its mesh names the peer unreachable (a last stage sends nothing to fail)', async () => {
+    const a = await miner();
+    const b = await miner();
+    b.mesh.close();
+    b.socket.off('signal');
+    const answering = new PeerMesh({
+      selfId: b.id,
+      signals: coordinatorSignals(b.socket, b.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`)),
+      wrtc,
+      connectTimeoutMs: 1500,
+    });
+    meshes.push(answering);
+    a.socket.off('signal'); // b's answer and candidates never reach a: neither end connects
+    void a.mesh.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 6), pathway: [] }, bytes(10, 1)).catch(() => {});
+    await expect.poll(() => answering.paths().get(a.id)?.path, { timeout: 10_000 }).toBe('unreachable');
+    expect(summarizePaths(answering.paths())).toEqual({});
+  });
+
   it('makes one working connection when both miners send to each other at once (glare)', async () => {
     const a = await miner();
     const b = await miner();

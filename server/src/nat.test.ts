@@ -123,6 +123,13 @@ describe('peers in two homes, each behind its own NAT', () => {
       expect(crossing.every((p) => p.path === 'turn'), JSON.stringify(crossing)).toBe(true);
       expect(crossing.reduce((sum, p) => sum + p.bytesSent, 0)).toBeGreaterThan(0);
       expect((await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes - before).toBe(0);
+      // Path quality: each stage 0 has a next-stage replica in its own home (direct) and one across the NATs (TURN only),
+      // equally loaded; its microbatches go to the direct one. What crossed is the first tries, before the path was known.
+      const ours = new Set(miners.map((m) => m.minerId));
+      const pairs = (await ask<Array<[string, string, number]>>(coordinator!, 'activations')).filter(([from]) => ours.has(from));
+      const total = pairs.reduce((s, [, , n]) => s + n, 0);
+      const crossed = pairs.filter(([from, to]) => home1.has(from) !== home1.has(to)).reduce((s, [, , n]) => s + n, 0);
+      expect(crossed / total, JSON.stringify(pairs)).toBeLessThan(0.2);
     } finally {
       swarm.stop();
     }

@@ -44,9 +44,10 @@ export function rewardTokens(baseUnits: string, decimals = 4): string {
 }
 
 /** How a pair's bytes travel, in words: straight between the two, through the operator's TURN server, or through the coordinator. */
-export function pathLabel(path: 'direct' | 'turn' | 'coordinator' | 'connecting', relayProtocol?: string): string {
+export function pathLabel(path: 'direct' | 'turn' | 'coordinator' | 'connecting' | 'unreachable', relayProtocol?: string): string {
   if (path === 'turn') return relayProtocol ? `TURN (${relayProtocol})` : 'TURN';
   if (path === 'coordinator') return 'coordinator relay';
+  if (path === 'unreachable') return 'no path (its last connection attempt failed)';
   return path;
 }
 

@@ -43,7 +43,8 @@ export type PeerPath = 'direct' | 'turn' | 'coordinator';
 
 /** One peer's path and the bytes exchanged with it, over this mesh's life. */
 export interface PeerPathStats {
-  path: PeerPath | 'connecting';
+  /** 'unreachable': the last attempt to connect (made by either end) ended before it carried data, until one does. */
+  path: PeerPath | 'connecting' | 'unreachable';
   /** For TURN: how this end reaches the TURN server (udp, tcp or tls). */
   relayProtocol?: string;
   bytesSent: number;
@@ -57,7 +58,7 @@ export type PathSummary = Partial<Record<PeerPath, { peers: number; bytes: numbe
 export function summarizePaths(paths: ReadonlyMap<string, PeerPathStats>): PathSummary {
   const out: PathSummary = {};
   for (const p of paths.values()) {
-    if (p.path === 'connecting') continue;
+    if (p.path === 'connecting' || p.path === 'unreachable') continue;
     const s = (out[p.path] ??= { peers: 0, bytes: 0 });
     s.peers++;
     s.bytes += p.bytesSent + p.bytesReceived;
@@ -87,6 +88,8 @@ interface Link {
   reject: (e: Error) => void;
   reassembler: Reassembler;
   timer: ReturnType<typeof setTimeout>;
+  /** It carried data at some point (its 'connect' came). */
+  connected?: boolean;
 }
 
 /** What travels in a signal's payload: the session and simple-peer's own signal data. */
@@ -238,7 +241,7 @@ export class PeerMesh {
     if (peerId) this.relayed.delete(peerId);
     for (const [id, link] of [...this.links]) {
       if (peerId && id !== peerId) continue;
-      this.dropLink(id, link, new MeshError(`connection to ${id} closed`));
+      this.dropLink(id, link, new MeshError(`connection to ${id} closed`), false);
     }
   }
 
@@ -290,6 +293,7 @@ export class PeerMesh {
       this.options.signals.send(peerId, kind, JSON.stringify({ session, data } satisfies SignalEnvelope));
     });
     peer.once('connect', () => {
+      link.connected = true;
       clearTimeout(link.timer);
       link.resolve();
       void this.classify(peerId, link);
@@ -344,7 +348,9 @@ export class PeerMesh {
     }
   }
 
-  private dropLink(peerId: string, link: Link, reason: Error): void {
+  /** Ends a connection attempt; one that never carried data (and was not closed on purpose) marks its peer unreachable. */
+  private dropLink(peerId: string, link: Link, reason: Error, failed = true): void {
+    if (failed && !link.connected && this.links.get(peerId) === link) this.peer(peerId).path = 'unreachable';
     clearTimeout(link.timer);
     link.reject(reason);
     if (this.links.get(peerId) === link) this.links.delete(peerId);

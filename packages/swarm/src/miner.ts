@@ -7,7 +7,7 @@ import { OuterOptimizer } from './allreduce/outer';
 import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
-import { CoordinatorError, coordinatorRelay, coordinatorSignals, register, request, requestIce, type Registration } from './coordinator-client';
+import { CoordinatorError, coordinatorRelay, coordinatorSignals, getRetrying, register, request, requestIce, type Registration } from './coordinator-client';
 import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PathSummary, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 
@@ -37,6 +37,8 @@ export interface MinerOptions {
   departureGraceMs?: number;
   /** Stage 0 gives up on (and re-sends the data of) a microbatch not back in this time. */
   microbatchTimeoutMs?: number;
+  /** Send to next-stage peers reached directly before those reached only through TURN (PipelineWorkerOptions.preferDirect; default on). */
+  preferDirectPeers?: boolean;
   /**
    * Microbatches stage 0 keeps in the pipeline at once (default 1). More fills
    * a lone pipeline's bubbles, but each stage then recomputes a microbatch's
@@ -202,6 +204,7 @@ export class Miner {
       next: stage === undefined ? [] : (map[stage + 1] ?? []),
     };
     const now = performance.now();
+    const noPath = this.noPathPeers(now, [...peers.replicas, ...peers.previous, ...peers.next]);
     // Over the last 20 s: tokens and compute time since the last sample before the window (a
     // stage that works every 8 s still shows its real rate, never 0 between two microbatches).
     while (this.rate.length > 2 && now - this.rate[1]![0] > 20_000) this.rate.shift();
@@ -222,7 +225,7 @@ export class Miner {
       else if (gone && (this.lastWorkAt === 0 || silentMs > this.stallMs())) [phase, why] = ['waiting', unreachableText(gone, now)];
       // Sends that no path took, and nothing received lately: a stage 0 keeps starting microbatches (each one work
       // here) that never come back, so its own sends do not count as progress.
-      else if (this.noPathPeers(now) > 0 && (this.lastReceivedAt === 0 || now - this.lastReceivedAt > this.stallMs())) [phase, why] = ['waiting', noPathText(this.noPathPeers(now))];
+      else if (noPath > 0 && (this.lastReceivedAt === 0 || now - this.lastReceivedAt > this.stallMs())) [phase, why] = ['waiting', noPathText(noPath)];
       else if (this.lastWorkAt === 0) [phase, why] = ['waiting', 'connected; waiting for the first microbatch to reach this stage'];
       else if (silentMs > this.stallMs()) {
         phase = 'idle';
@@ -460,7 +463,7 @@ export class Miner {
     const model = new Stage(stageSpecs(config, layout)[stage]!, layout.seed);
     this.model = model;
     this.phase = 'downloading';
-    const latest = await fetch(`${this.o.coordinatorUrl}/api/checkpoints/${stage}/latest`);
+    const latest = await getRetrying(`${this.o.coordinatorUrl}/api/checkpoints/${stage}/latest`);
     let anchorRound = 0;
     if (latest.ok) {
       anchorRound = Number(latest.headers.get('x-round') ?? 0) || 0;
@@ -492,6 +495,7 @@ export class Miner {
       epoch: () => 0,
       ...layout.training,
       microbatchTimeoutMs: this.o.microbatchTimeoutMs,
+      preferDirect: this.o.preferDirectPeers,
       onLoss: (r) => {
         this.lastLoss = r.loss;
         this.report('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss });
@@ -719,14 +723,19 @@ export class Miner {
     return this.mesh?.paths();
   }
 
-  /** Peers that no path reached within the last minute. */
-  private noPathPeers(now: number): number {
-    let n = 0;
+  /**
+   * Peers that no path reached: a send to them failed so within the last minute, or, of this miner's neighbours now,
+   * its mesh's last attempt to connect to them (made by either end: a last stage only answers) never carried data.
+   */
+  private noPathPeers(now: number, neighbours: string[] = []): number {
+    const ids = new Set<string>();
     for (const [id, at] of this.unreachablePeers) {
-      if (now - at < 60_000) n++;
+      if (now - at < 60_000) ids.add(id);
       else this.unreachablePeers.delete(id);
     }
-    return n;
+    const paths = this.mesh?.paths();
+    for (const id of neighbours) if (paths?.get(id)?.path === 'unreachable') ids.add(id);
+    return ids.size;
   }
 
   /** Fresh ICE servers from the coordinator for the mesh's next connections (TURN credentials expire, or were refused). */

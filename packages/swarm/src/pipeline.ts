@@ -2,7 +2,7 @@ import * as tf from '@tensorflow/tfjs';
 import { type Stage, type StageInput, type TokenBatch } from '@train-at-home/model';
 import { payloadHashHex, type AssembledMessage } from '@train-at-home/protocol';
 import type { RoundOp } from './audit/record';
-import type { Mesh } from './mesh';
+import type { Mesh, PeerPath } from './mesh';
 import { decodeMicrobatch, encodeMicrobatch, microbatchInputs } from './microbatch';
 import { StageCompute, type BoundaryDeviceCodec } from './stage-compute';
 
@@ -10,6 +10,9 @@ export type { BoundaryDeviceCodec } from './stage-compute';
 
 /** Payloads kept for the validator's probes (both directions, sent and received). */
 export const PAYLOAD_CACHE_ENTRIES = 64;
+
+/** What a path costs the pipeline, for `preferDirect`: a peer not reached yet counts as direct until it is known. */
+const PATH_COST: Record<PeerPath | 'connecting' | 'unreachable', number> = { direct: 0, connecting: 0, turn: 1, coordinator: 2, unreachable: 3 };
 
 export interface PipelineWorkerOptions {
   selfId: string;
@@ -34,6 +37,12 @@ export interface PipelineWorkerOptions {
    * between merges.
    */
   rotation?: () => number;
+  /**
+   * Path quality (default on): among equally loaded next peers, those this miner's mesh reaches directly, or has not
+   * tried yet, come before those it reaches only through TURN, and those before the coordinator's relay. A pair that
+   * only connects through TURN is then used when nothing better is at hand.
+   */
+  preferDirect?: boolean;
   /** Miners holding the previous stage: activations from anyone else are refused (absent: from anyone). */
   previousPeers?: () => string[];
   epoch: () => number;
@@ -415,7 +424,13 @@ export class PipelineWorker {
     // The least loaded; among equals the one of this miner's rank (see `rank`), else one at random.
     const load = (p: string): number => this.outstanding.get(p) ?? 0;
     const least = Math.min(...peers.map(load));
-    const candidates = peers.filter((p) => load(p) === least).sort();
+    let candidates = peers.filter((p) => load(p) === least).sort();
+    if (this.o.preferDirect !== false && candidates.length > 1) {
+      const paths = this.o.mesh.paths();
+      const cost = (p: string): number => PATH_COST[paths.get(p)?.path ?? 'connecting'];
+      const best = Math.min(...candidates.map(cost));
+      candidates = candidates.filter((p) => cost(p) === best);
+    }
     const rank = this.o.rank?.();
     if (rank !== undefined && rank >= 0) return candidates[(rank + (this.o.rotation?.() ?? 0)) % candidates.length]!;
     return candidates[Math.floor(Math.random() * candidates.length)]!;

@@ -1,7 +1,7 @@
 /**
  * A coordinator in the lab's public namespace (scripts/nat-lab.sh), for server/src/nat.test.ts:
  * listens on TAH_NAT_COORDINATOR's host, with its network settings (and the web app, for tabs: e2e/nat.test.ts);
- * over IPC it answers its relayed byte counts, its connected miners, each stage's merge round and its CPU time (bench/paths.ts), and takes new network settings (a rotated TURN secret).
+ * over IPC it answers its relayed byte counts, its connected miners, the activations each pair carried, each stage's merge round and its CPU time (bench/paths.ts), and takes new network settings (a rotated TURN secret).
  * Its run: `tiny` in 2 stages merging every 4 microbatches, no audits (the test is about paths).
  */
 import { DATA_DIR, initNodeBackend } from '@train-at-home/model/node';
@@ -21,7 +21,13 @@ const app = await buildApp({
 });
 const url = await app.fastify.listen({ port: 0, host });
 process.send!({ ready: url });
-process.on('message', (m: { relayed?: true; network?: Partial<NetworkSettings>; rounds?: true; cpu?: true; miners?: true }) => {
+process.on('message', (m: { relayed?: true; network?: Partial<NetworkSettings>; rounds?: true; cpu?: true; miners?: true; activations?: true }) => {
+  // Activations the receivers confirmed, per (sender, receiver): which pipeline pairs carried the microbatches.
+  if (m.activations) {
+    void app.db
+      .query<{ from_miner: string; to_miner: string; n: number }>(`SELECT from_miner, to_miner, count(*)::int AS n FROM receipts WHERE run_id = $1 AND direction = 'activation' AND reporter = to_miner GROUP BY 1, 2`, [app.coordinator.runId])
+      .then((rows) => process.send!({ activations: rows.map((r) => [r.from_miner, r.to_miner, r.n]) }));
+  }
   if (m.relayed) process.send!({ relayed: { ...app.coordinator.relayed } });
   if (m.miners) process.send!({ miners: [...app.coordinator.sockets.keys()] });
   if (m.cpu) process.send!({ cpu: process.cpuUsage() });

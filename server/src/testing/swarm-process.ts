@@ -11,13 +11,13 @@ import { cryptoReady } from '@train-at-home/protocol';
 import { localMiner } from './local-miner';
 import { CHEATS, type CheatName } from './cheats';
 
-const { url, count } = JSON.parse(process.env.TAH_SWARM ?? '{}') as { url: string; count: number };
+const { url, count, preferDirectPeers } = JSON.parse(process.env.TAH_SWARM ?? '{}') as { url: string; count: number; preferDirectPeers?: boolean };
 await initNodeBackend();
 await cryptoReady();
 const behaviours = Array.from({ length: count }, () => ({}) as Misbehaviour);
 // TAH_SWARM_LOG=<regex>: the miners' log lines that match it, on stderr (to find why a test's miner did what it did).
 const wanted = process.env.TAH_SWARM_LOG ? new RegExp(process.env.TAH_SWARM_LOG) : undefined;
-const miners = behaviours.map((misbehave, i) => localMiner(url, { misbehave, log: (line) => void (wanted?.test(line) && console.error(`[miner ${i}] ${line}`)) }));
+const miners = behaviours.map((misbehave, i) => localMiner(url, { misbehave, ...(preferDirectPeers === false ? { preferDirectPeers } : {}), log: (line) => void (wanted?.test(line) && console.error(`[miner ${i}] ${line}`)) }));
 await Promise.all(miners.map((m) => m.start()));
 process.send!({ ready: miners.map((m) => ({ minerId: m.registration!.minerId, stage: m.registration!.stage })) });
 

@@ -22,11 +22,11 @@ export class MinerSwarm {
 
   /**
    * Starts `counts[i]` miners in process i (inside network namespace `netns[i]` where one is named: testing/netns.ts);
-   * resolves with every miner's id and stage once all registered.
+   * resolves with every miner's id and stage once all registered. `preferDirectPeers: false` turns path quality off (bench:paths' "before").
    */
-  async start(url: string, counts: number[], netns: Array<string | undefined> = []): Promise<Array<{ minerId: string; stage: number }>> {
+  async start(url: string, counts: number[], netns: Array<string | undefined> = [], options: { preferDirectPeers?: boolean } = {}): Promise<Array<{ minerId: string; stage: number }>> {
     const ready = counts.map((count, i) => {
-      const env = { TAH_SWARM: JSON.stringify({ url, count }) };
+      const env = { TAH_SWARM: JSON.stringify({ url, count, ...options }) };
       const ns = netns[i];
       const child = ns ? forkInNetns(ns, ENTRY, env) : fork(ENTRY, [], { execArgv: ['--import', 'tsx'], env: { ...process.env, ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       this.children.push(child);
