@@ -106,7 +106,8 @@ describe('peers in two homes, each behind its own NAT', () => {
     const swarm = new MinerSwarm();
     try {
       const before = (await ask<{ frameBytes: number }>(coordinator!, 'relayed')).frameBytes;
-      const miners = await swarm.start(url, [2, 2], [`${P}-home1`, `${P}-home2`]);
+      // One home after the other: the first two miners fill both stages, the next two are their replicas.
+      const miners = [...(await swarm.start(url, [2], [`${P}-home1`])), ...(await swarm.start(url, [2], [`${P}-home2`]))];
       const home1 = new Set(miners.slice(0, 2).map((m) => m.minerId));
       // Every stage has a replica in each home, so every merge crosses the NATs.
       expect(new Set(miners.slice(0, 2).map((m) => m.stage))).toEqual(new Set(miners.slice(2).map((m) => m.stage)));
