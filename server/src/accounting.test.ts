@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from './app';
 import { listeningCoordinator } from './test-miners';
+import { recordMicrobatch } from './testing/work';
 import { verifiedWork } from './validator/accounting';
 
 /**
@@ -27,21 +28,7 @@ afterAll(() => app?.close());
 
 /** `n` microbatches along `pathway` whose losses arrived at `when`, every transfer confirmed by both ends. */
 async function work(pathway: string[], n: number, when: Date): Promise<void> {
-  for (let i = 0; i < n; i++) {
-    const activationId = randomBytes(16).toString('hex');
-    for (let k = 0; k + 1 < pathway.length; k++) {
-      for (const [direction, from, to] of [['activation', pathway[k], pathway[k + 1]], ['gradient', pathway[k + 1], pathway[k]]] as const) {
-        const hash = randomBytes(32).toString('hex');
-        for (const reporter of [from, to]) {
-          await app.db.query(
-            `INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash, created_at) VALUES ($1, 0, $2, $3, $4, $5, $6, 1000, $7, $8)`,
-            [runId, activationId, direction, from, to, reporter, hash, when],
-          );
-        }
-      }
-    }
-    await app.db.query(`INSERT INTO metrics (run_id, epoch, name, value, activation_id, pathway, round, created_at) VALUES ($1, 0, 'train_loss', 4, $2, $3, 0, $4)`, [runId, activationId, JSON.stringify(pathway), when]);
-  }
+  for (let i = 0; i < n; i++) await recordMicrobatch(app.db, runId, pathway, { at: when });
 }
 
 /** Stage 1's round `round` closes at `ended` with agreed weights `hash`; `reported` maps each replica to the hash it reported. */

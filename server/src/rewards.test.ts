@@ -19,6 +19,7 @@ import { testDatabase } from './db/test-database';
 import { runStartMs } from './ledger/queries';
 import { settleEpoch, type SettlementInput } from './ledger/settle';
 import { buildSettlement, testMiners } from './ledger/test-settlements';
+import { recordMicrobatch } from './testing/work';
 
 /**
  * Rewards for wallet holders, against a real coordinator on the test database
@@ -581,26 +582,7 @@ describe('rewards: payout links', () => {
         stage,
       ]);
     }
-    for (let n = 0; n < 12; n++) {
-      const activationId = randomBytes(16).toString('hex');
-      for (let k = 0; k < 2; k++) {
-        for (const [direction, from, to] of [['activation', ids[k], ids[k + 1]], ['gradient', ids[k + 1], ids[k]]] as const) {
-          const hash = randomBytes(32).toString('hex');
-          for (const reporter of [from, to]) {
-            await app.db.query(
-              `INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash) VALUES ($1, 0, $2, $3, $4, $5, $6, 1000, $7)`,
-              [runId, activationId, direction, from, to, reporter, hash],
-            );
-          }
-        }
-      }
-      await app.db.query(`INSERT INTO metrics (run_id, epoch, name, value, activation_id, pathway, round) VALUES ($1, 0, 'train_loss', $2, $3, $4, 0)`, [
-        runId,
-        4 - n * 0.01,
-        activationId,
-        JSON.stringify(ids),
-      ]);
-    }
+    for (let n = 0; n < 12; n++) await recordMicrobatch(app.db, runId, ids, { loss: 4 - n * 0.01 });
     const gina = wallet();
     const message = await linkChallenge(miners[1]!, gina.address);
     expect((await post('/api/rewards/link', { message, signature: sign(gina, message), minerSignature: miners[1]!.sign('payout-link', { message }) })).status).toBe(200);

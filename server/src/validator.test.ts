@@ -6,6 +6,7 @@ import { io as connect, type Socket } from 'socket.io-client';
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import type { App } from './app';
 import { listeningCoordinator } from './test-miners';
+import { recordMicrobatch } from './testing/work';
 
 let app: App | undefined;
 const sockets: Socket[] = [];
@@ -36,27 +37,7 @@ async function seedWork(a: App, pathways: string[][], perPathway: number): Promi
     ]);
   }
   for (const pathway of pathways) {
-    for (let n = 0; n < perPathway; n++) {
-      const activationId = randomBytes(16).toString('hex');
-      for (let k = 0; k + 1 < pathway.length; k++) {
-        for (const [direction, from, to] of [['activation', pathway[k], pathway[k + 1]], ['gradient', pathway[k + 1], pathway[k]]] as const) {
-          const hash = randomBytes(32).toString('hex');
-          for (const reporter of [from, to]) {
-            await a.db.query(
-              `INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash) VALUES ($1, 0, $2, $3, $4, $5, $6, 1000, $7)`,
-              [a.coordinator.runId, activationId, direction, from, to, reporter, hash],
-            );
-          }
-        }
-      }
-      await a.db.query(`INSERT INTO metrics (run_id, epoch, name, value, activation_id, pathway, round) VALUES ($1, 0, 'train_loss', $2, $3, $4, $5)`, [
-        a.coordinator.runId,
-        4 - n * 0.01 + Math.random() * 0.05,
-        activationId,
-        JSON.stringify(pathway),
-        Math.floor(n / 5),
-      ]);
-    }
+    for (let n = 0; n < perPathway; n++) await recordMicrobatch(a.db, a.coordinator.runId, pathway, { loss: 4 - n * 0.01 + Math.random() * 0.05, round: Math.floor(n / 5) });
   }
 }
 

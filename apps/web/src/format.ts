@@ -1,4 +1,6 @@
 /** Formatting shared by the pages: byte counts and token amounts. */
+import type { PathSummary } from '@train-at-home/protocol';
+import type { PeerPathStats } from '@train-at-home/swarm';
 
 export function bytes(n: number): string {
   if (n < 1024) return `${n} B`;
@@ -44,7 +46,7 @@ export function rewardTokens(baseUnits: string, decimals = 4): string {
 }
 
 /** How a pair's bytes travel, in words: straight between the two, through the operator's TURN server, or through the coordinator. */
-export function pathLabel(path: 'direct' | 'turn' | 'coordinator' | 'connecting' | 'unreachable', relayProtocol?: string): string {
+export function pathLabel(path: PeerPathStats['path'], relayProtocol?: string): string {
   if (path === 'turn') return relayProtocol ? `TURN (${relayProtocol})` : 'TURN';
   if (path === 'coordinator') return 'coordinator relay';
   if (path === 'unreachable') return 'no path (its last connection attempt failed)';
@@ -52,7 +54,7 @@ export function pathLabel(path: 'direct' | 'turn' | 'coordinator' | 'connecting'
 }
 
 /** A miner's paths, summed per path: "2 direct, 3.1 MB · 1 TURN, 420 kB". */
-export function pathsSummary(paths: Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>> | undefined): string {
+export function pathsSummary(paths: PathSummary | undefined): string {
   const parts = (['direct', 'turn', 'coordinator'] as const).flatMap((p) => (paths?.[p] ? [`${paths[p].peers} ${pathLabel(p)}, ${bytes(paths[p].bytes)}`] : []));
   return parts.length ? parts.join(' · ') : '—';
 }

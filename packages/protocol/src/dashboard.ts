@@ -41,9 +41,12 @@ export interface DashboardMiner {
   why?: string;
   tokensPerSec?: number;
   microbatches?: number;
-  /** The miner's own word on how its peers are reached: per path, how many peers and the bytes both ways. */
-  paths?: Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>>;
+  /** The miner's own word on how its peers are reached (its heartbeats'). */
+  paths?: PathSummary;
 }
+
+/** Per path a miner's peers take (direct, through TURN, through the coordinator's relay): how many, and the bytes both ways. */
+export type PathSummary = Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>>;
 
 export interface DashboardSwarm {
   stages: Array<{ stage: number; phase: string; round: number; miners: DashboardMiner[] }>;

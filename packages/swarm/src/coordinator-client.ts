@@ -99,10 +99,10 @@ export function coordinatorSignals(socket: Socket, identity: Identity, verify: (
   };
 }
 
-/** The coordinator's frame relay: chunks go up as binary 'frame' events and come down the same way. */
 /** How often a relayed chunk refused for the frame event's rate limit is sent again before the send fails. */
 const RELAY_ATTEMPTS = 5;
 
+/** The coordinator's frame relay: chunks go up as binary 'frame' events and come down the same way. */
 export function coordinatorRelay(socket: Socket): { send: (to: string, chunk: Uint8Array) => Promise<void>; onChunk: (handler: (from: string, chunk: Uint8Array) => void) => void } {
   return {
     // Acknowledged, one chunk at a time: a chunk over the event's rate limit waits as told and goes again

@@ -1,5 +1,5 @@
 import Peer from 'simple-peer';
-import { encodeFrames, FrameError, payloadHashHex, Reassembler, type AssembledMessage, type FrameHeader, type IceServer } from '@train-at-home/protocol';
+import { encodeFrames, FrameError, payloadHashHex, Reassembler, type AssembledMessage, type FrameHeader, type IceServer, type PathSummary } from '@train-at-home/protocol';
 
 /** How signaling reaches another miner: the coordinator's relay, signed end to end. */
 export interface SignalTransport {
@@ -51,10 +51,7 @@ export interface PeerPathStats {
   bytesReceived: number;
 }
 
-/** Per path, how many peers take it and the bytes both ways over it: what a miner's heartbeat tells the dashboard. */
-export type PathSummary = Partial<Record<PeerPath, { peers: number; bytes: number }>>;
-
-/** Sums a mesh's per-peer paths by path (peers still connecting are left out). */
+/** Sums a mesh's per-peer paths by path, what a miner's heartbeat tells the dashboard (peers not reached are left out). */
 export function summarizePaths(paths: ReadonlyMap<string, PeerPathStats>): PathSummary {
   const out: PathSummary = {};
   for (const p of paths.values()) {

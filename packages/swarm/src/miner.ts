@@ -1,5 +1,5 @@
 import { PRESETS, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
-import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { MAX_RECORD_BYTES, RoundRecorder, encodeRecord, recordFloorBytes } from './audit/record';
 import { EXACT_REPLAY_BACKEND } from './audit/replay';
@@ -8,7 +8,7 @@ import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, t
 import type { AllReducePrecision } from './allreduce/values';
 import { io, type Socket } from 'socket.io-client';
 import { CoordinatorError, coordinatorRelay, coordinatorSignals, getRetrying, register, request, requestIce, type Registration } from './coordinator-client';
-import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PathSummary, type PeerPathStats } from './mesh';
+import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 
 /** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */

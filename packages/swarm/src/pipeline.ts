@@ -2,7 +2,7 @@ import * as tf from '@tensorflow/tfjs';
 import { type Stage, type StageInput, type TokenBatch } from '@train-at-home/model';
 import { payloadHashHex, type AssembledMessage } from '@train-at-home/protocol';
 import type { RoundOp } from './audit/record';
-import type { Mesh, PeerPath } from './mesh';
+import type { Mesh, PeerPathStats } from './mesh';
 import { decodeMicrobatch, encodeMicrobatch, microbatchInputs } from './microbatch';
 import { StageCompute, type BoundaryDeviceCodec } from './stage-compute';
 
@@ -12,7 +12,7 @@ export type { BoundaryDeviceCodec } from './stage-compute';
 export const PAYLOAD_CACHE_ENTRIES = 64;
 
 /** What a path costs the pipeline, for `preferDirect`: a peer not reached yet counts as direct until it is known. */
-const PATH_COST: Record<PeerPath | 'connecting' | 'unreachable', number> = { direct: 0, connecting: 0, turn: 1, coordinator: 2, unreachable: 3 };
+const PATH_COST: Record<PeerPathStats['path'], number> = { direct: 0, connecting: 0, turn: 1, coordinator: 2, unreachable: 3 };
 
 export interface PipelineWorkerOptions {
   selfId: string;

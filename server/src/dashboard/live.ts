@@ -1,4 +1,4 @@
-import type { ClientMessage } from '@train-at-home/protocol';
+import type { ClientMessage, PathSummary } from '@train-at-home/protocol';
 
 /** What a miner says it is doing (its heartbeat's status): shown on the dashboard, never paid for. */
 export interface MinerReport {
@@ -6,8 +6,7 @@ export interface MinerReport {
   why?: string;
   tokensPerSec: number;
   microbatches: number;
-  /** Per path its peers take (direct, TURN, the coordinator's relay): how many, and the bytes both ways. */
-  paths?: Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>>;
+  paths?: PathSummary;
   /** When it said so (ms since epoch). */
   at: number;
 }

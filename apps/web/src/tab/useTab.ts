@@ -131,7 +131,7 @@ export function useTab(): Tab {
 
   useEffect(() => () => worker.current?.terminate(), []);
 
-  // The page holds the mesh: its per-peer paths are read here, every PATHS_EVERY_MS while the tab trains.
+  // The page holds the mesh: its per-peer paths are read here every 2 s while the tab trains (as hostMesh tells its worker).
   useEffect(() => {
     if (!state.joined) return;
     const timer = setInterval(() => {
