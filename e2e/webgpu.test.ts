@@ -80,3 +80,31 @@ describe('a tab on WebGPU', () => {
     await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 120_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
   });
 });
+
+describe('counting a WebGPU step', () => {
+  it("counts a stage's kernel launches, submits and buffer creations per microbatch, the same launches every step (bench:webgpu-dispatch's counter)", async () => {
+    const page = await browsers[0]!.context.newPage();
+    await page.goto(url);
+    const options = { preset: 'tiny', layout: { stages: 3, bottleneck: 32, int8: true }, stage: 1, batch: 2 };
+    type Counts = { dispatches: number; buffersCreated: number; submits: number; writes: number; bindGroups: number; passes: number };
+    const r = (await page.evaluate(
+      ([o]) => (window as unknown as { trainAtHomeBench: { stageSteps(b: string, o: unknown, w: number, s: number): Promise<unknown> } }).trainAtHomeBench.stageSteps('webgpu', o, 2, 3),
+      [options] as const,
+    )) as { backend: string; warmupCounts: Counts[]; stepCounts: Counts[] };
+    console.log(`e2e: tiny middle stage, per step ${JSON.stringify(r.stepCounts)}, warm-up ${JSON.stringify(r.warmupCounts)}`);
+    expect(r.backend).toBe('webgpu');
+    expect(r.stepCounts).toHaveLength(3);
+    // The first step fills tfjs's buffer pool: the counter sees those allocations.
+    expect(r.warmupCounts[0]!.buffersCreated).toBeGreaterThan(10);
+    for (const c of r.stepCounts) {
+      // Every kernel launch of the forward, the backward and the optimizer: one layer's stage launches well over 50.
+      expect(c.dispatches).toBe(r.stepCounts[0]!.dispatches);
+      expect(c.dispatches).toBeGreaterThan(50);
+      expect(c.passes).toBeGreaterThan(0);
+      expect(c.submits).toBeGreaterThan(0);
+      // tfjs binds and writes the uniforms of each launch.
+      expect(c.bindGroups).toBe(c.dispatches);
+    }
+    await page.close();
+  });
+});

@@ -10,3 +10,4 @@ export * from './merge';
 export * from './rewards-client';
 export * from './audit';
 export * from './stage-compute';
+export * from './stage-steps';

@@ -1,5 +1,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { AdamW, PRESETS, Stage, mulberry32, stageSpecs, type PresetName } from '@train-at-home/model';
+import type { GpuCounts } from '@train-at-home/model/webgpu';
+import { syntheticStage, type BoundaryDeviceCodec, type SyntheticStageOptions } from '@train-at-home/swarm';
 
 export interface LocalBenchOptions {
   preset: PresetName;
@@ -57,4 +59,49 @@ export async function benchLocalTraining(o: LocalBenchOptions): Promise<LocalBen
   stage.dispose();
   optimizer.dispose();
   return { backend: tf.getBackend(), preset: o.preset, batch: o.batch, steps: o.steps, tokensPerSec: (o.steps * o.batch * T) / (ms / 1000), msPerStep: ms / o.steps, warmupMs, loss };
+}
+
+export interface StageStepsResult {
+  backend: string;
+  options: SyntheticStageOptions;
+  warmup: number;
+  steps: number;
+  msPerStep: number;
+  tokensPerSec: number;
+  /** WebGPU only: the GPU calls of each warm-up step, then of each measured step (countGpuWork). */
+  warmupCounts?: GpuCounts[];
+  stepCounts?: GpuCounts[];
+}
+
+/**
+ * A stage's microbatches on random inputs (swarm's syntheticStage: the
+ * pipeline worker's arithmetic, frames through this tab's codec), `warmup`
+ * steps first (shader compilation, the buffer pool filling), then `steps`
+ * timed ones; on WebGPU every step's device calls are counted.
+ */
+export async function benchStageSteps(o: { options: SyntheticStageOptions; warmup: number; steps: number }, deviceCodec?: BoundaryDeviceCodec): Promise<StageStepsResult> {
+  const stage = syntheticStage(o.options, deviceCodec);
+  const counter = tf.getBackend() === 'webgpu' ? (await import('@train-at-home/model/webgpu')).countGpuWork() : undefined;
+  const warmupCounts: GpuCounts[] = [];
+  const stepCounts: GpuCounts[] = [];
+  try {
+    for (let i = 0; i < o.warmup; i++) {
+      counter?.reset();
+      await stage.step();
+      if (counter) warmupCounts.push(counter.read());
+    }
+    let ms = 0;
+    for (let i = 0; i < o.steps; i++) {
+      counter?.reset();
+      const t0 = performance.now();
+      await stage.step();
+      ms += performance.now() - t0;
+      if (counter) stepCounts.push(counter.read());
+    }
+    const result: StageStepsResult = { backend: tf.getBackend(), options: o.options, warmup: o.warmup, steps: o.steps, msPerStep: ms / o.steps, tokensPerSec: (o.steps * stage.tokens) / (ms / 1000) };
+    return counter ? { ...result, warmupCounts, stepCounts } : result;
+  } finally {
+    counter?.uninstall();
+    stage.dispose();
+  }
 }

@@ -45,7 +45,9 @@ export type ToTabWorker =
   /** bench/browser: the whole model in this worker on one backend, timed. */
   | { cmd: 'bench'; backend: TabBackend; preset: 'tiny' | 'small'; steps: number; batch: number }
   /** bench/backend-spread: one stage's round on given inputs, on one backend (audit/spread.ts). */
-  | { cmd: 'stage-round'; backend: TabBackend; inputs: import('@train-at-home/swarm').StageRoundInputs };
+  | { cmd: 'stage-round'; backend: TabBackend; inputs: import('@train-at-home/swarm').StageRoundInputs }
+  /** bench:webgpu-dispatch: a stage's microbatches on random inputs, with the GPU calls of each counted (WebGPU). */
+  | { cmd: 'stage-steps'; backend: TabBackend; options: import('@train-at-home/swarm').SyntheticStageOptions; warmup: number; steps: number };
 
 export type TabStatus = MinerStatus & { backend?: TabBackend; paused: boolean };
 
@@ -62,4 +64,5 @@ export type FromTabWorker =
   | { ev: 'log'; line: string }
   | { ev: 'bench'; result?: import('./bench').LocalBenchResult; error?: string }
   | { ev: 'stage-round'; result?: import('@train-at-home/swarm').StageRound; error?: string }
+  | { ev: 'stage-steps'; result?: import('./bench').StageStepsResult; error?: string }
   | { ev: 'error'; message: string };

@@ -14,7 +14,7 @@ import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-t
 import { cryptoReady, generateIdentity, type Identity } from '@train-at-home/protocol';
 import { Miner, MeshPort, httpTokenSource, runStageRound, type BoundaryDeviceCodec, type PortLike } from '@train-at-home/swarm';
 import type { FromTabWorker, ProbeOutcome, TabBackend, ToTabWorker } from './messages';
-import { benchLocalTraining } from './bench';
+import { benchLocalTraining, benchStageSteps } from './bench';
 import { probeBackends } from './probe';
 
 setWasmPaths({ 'tfjs-backend-wasm.wasm': wasmPlain, 'tfjs-backend-wasm-simd.wasm': wasmSimd, 'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded });
@@ -137,6 +137,16 @@ scope.addEventListener('message', (event) => {
         })
         .then((result) => post({ ev: 'stage-round', result }))
         .catch((e: Error) => post({ ev: 'stage-round', error: e.message }));
+      break;
+    case 'stage-steps':
+      // bench:webgpu-dispatch: a stage's microbatches as this tab computes them (its WGSL kernels installed), GPU calls counted.
+      probeBackends([], m.backend, () => {})
+        .then(async () => {
+          if (m.backend === 'webgpu') await installGpuKernels();
+          return benchStageSteps(m, m.backend === 'webgpu' ? deviceCodec : undefined);
+        })
+        .then((result) => post({ ev: 'stage-steps', result }))
+        .catch((e: Error) => post({ ev: 'stage-steps', error: e.message }));
       break;
     case 'sign-payout-link':
       // The secret key never leaves this worker: the page gets the signature only.

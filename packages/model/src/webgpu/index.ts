@@ -22,3 +22,4 @@ export {
 export { codecCheckData, codecKernelCheck, type CodecKernelCheck } from './check';
 export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
 export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
+export { countGpuWork, gpuCountsDelta, type GpuCounter, type GpuCounts } from './counters';

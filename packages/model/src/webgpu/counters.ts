@@ -1,0 +1,113 @@
+import { requireWebGPUBackend } from './codec-gpu';
+
+/**
+ * What bounds a WebGPU training step on a fast GPU is not arithmetic but
+ * launches and allocations (docs/gpu.md). These are the counts of the calls
+ * that cost the CPU, made by anything on the tfjs WebGPU backend's device:
+ * tfjs's own programs, ours (codec, optimizer) and read-backs alike.
+ */
+export interface GpuCounts {
+  /** Compute dispatches (dispatchWorkgroups and its indirect form): one per kernel launch. */
+  dispatches: number;
+  /** GPUDevice.createBuffer: new allocations (tfjs's pool reuses storage and uniform buffers, not read-back staging buffers). */
+  buffersCreated: number;
+  /** Bytes of those allocations. */
+  bytesCreated: number;
+  /** GPUQueue.submit calls. */
+  submits: number;
+  /** GPUQueue.writeBuffer calls (uniforms and uploads). */
+  writes: number;
+  /** GPUDevice.createBindGroup calls (one per dispatch in tfjs). */
+  bindGroups: number;
+  /** Compute passes begun. */
+  passes: number;
+}
+
+export interface GpuCounter {
+  /** The counts since installation or the last reset. */
+  read(): GpuCounts;
+  reset(): void;
+  /** Puts the device's own methods back. */
+  uninstall(): void;
+}
+
+const ZERO: GpuCounts = { dispatches: 0, buffersCreated: 0, bytesCreated: 0, submits: 0, writes: 0, bindGroups: 0, passes: 0 };
+
+type Fn = (...args: never[]) => unknown;
+
+/**
+ * Counts the WebGPU calls made on the current tfjs WebGPU backend's device
+ * from now on, by wrapping the device's, its queue's, and every command
+ * encoder's and compute pass's methods on those objects themselves (not their
+ * prototypes): the same code counts in a tab (Chromium's WebGPU) and in Node
+ * (Dawn). Throws WebGPUBackendRequiredError on any other backend.
+ */
+export function countGpuWork(): GpuCounter {
+  const backend = requireWebGPUBackend() as unknown as { device: GPUDevice; queue?: GPUQueue };
+  const device = backend.device;
+  const queue = backend.queue ?? device.queue;
+  let counts: GpuCounts = { ...ZERO };
+  const restore: Array<() => void> = [];
+  let installed = true;
+
+  /** Replaces obj[name] with a counting wrapper on the object itself; `after` may wrap what it returns. */
+  function wrap<T extends object>(obj: T, name: string, count: (args: unknown[]) => void, after?: (result: unknown) => void, keep = true): void {
+    const own = Object.prototype.hasOwnProperty.call(obj, name);
+    const original = (obj as Record<string, Fn>)[name]!;
+    (obj as Record<string, unknown>)[name] = function (this: unknown, ...args: never[]) {
+      if (installed) count(args);
+      const result = original.apply(this, args);
+      if (installed) after?.(result);
+      return result;
+    };
+    if (keep) restore.push(() => (own ? ((obj as Record<string, unknown>)[name] = original) : delete (obj as Record<string, unknown>)[name]));
+  }
+
+  wrap(device, 'createBuffer', (args) => {
+    counts.buffersCreated++;
+    counts.bytesCreated += Number((args[0] as GPUBufferDescriptor | undefined)?.size ?? 0);
+  });
+  wrap(device, 'createBindGroup', () => counts.bindGroups++);
+  wrap(queue, 'submit', () => counts.submits++);
+  wrap(queue, 'writeBuffer', () => counts.writes++);
+  // Encoders and passes are short-lived objects: wrap each as it is made (they need no restoring).
+  wrap(
+    device,
+    'createCommandEncoder',
+    () => {},
+    (encoder) =>
+      wrap(
+        encoder as GPUCommandEncoder,
+        'beginComputePass',
+        () => counts.passes++,
+        (pass) => {
+          wrap(pass as GPUComputePassEncoder, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false);
+          wrap(pass as GPUComputePassEncoder, 'dispatchWorkgroupsIndirect', () => counts.dispatches++, undefined, false);
+        },
+        false,
+      ),
+  );
+  // tfjs keeps its current command encoder across calls: one made before now is counted from its next pass on.
+  const current = (backend as unknown as { commandEncoder?: GPUCommandEncoder | null }).commandEncoder;
+  if (current) {
+    wrap(current, 'beginComputePass', () => counts.passes++, (pass) => wrap(pass as GPUComputePassEncoder, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false), false);
+  }
+  const pass = (backend as unknown as { computePassEncoder?: GPUComputePassEncoder | null }).computePassEncoder;
+  if (pass) wrap(pass, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false);
+
+  return {
+    read: () => ({ ...counts }),
+    reset: () => {
+      counts = { ...ZERO };
+    },
+    uninstall: () => {
+      installed = false;
+      for (const r of restore.reverse()) r();
+    },
+  };
+}
+
+/** a − b, field by field. */
+export function gpuCountsDelta(a: GpuCounts, b: GpuCounts): GpuCounts {
+  return Object.fromEntries(Object.keys(ZERO).map((k) => [k, a[k as keyof GpuCounts] - b[k as keyof GpuCounts]])) as unknown as GpuCounts;
+}
