@@ -240,7 +240,11 @@ if (values.backend) {
     report();
   } else if (values.only === 'stage') {
     // One measurement alone (to run under a CPU profiler): the gpu stage, fused optimizer where it checks out.
-    if (asked === 'webgpu') await (await import('@train-at-home/model/webgpu')).useFusedOptimizer();
+    if (asked === 'webgpu') {
+      const gpu = await import('@train-at-home/model/webgpu');
+      await gpu.useFusedOptimizer();
+      gpu.useSteadyStateWebGPU();
+    }
     await attempt('gpu stage', async () => void (result.gpuStage = await gpuStage(STEPS)));
   } else {
     result.adapter = lines.find((l) => l.startsWith('backend webgpu on '))?.slice('backend webgpu on '.length);
@@ -254,6 +258,7 @@ if (values.backend) {
       // The stage step with the composite optimizer first, then with the fused WGSL optimizer.
       await attempt('gpu stage, composite optimizer', async () => void (result.gpuStageComposite = await gpuStage(gpuSteps)));
       await attempt('fused optimizer check', async () => void (result.optimizerCheck = await gpu.useFusedOptimizer()));
+      gpu.useSteadyStateWebGPU();
     }
     await attempt('small', async () => void (result.tokensPerSec!.small = await wholeModel('small', STEPS)));
     // WASM's heap (XNNPACK) may not hold a gpu stage at 8 sequences: one sequence first.

@@ -47,7 +47,7 @@ const browser = await launchBrowser(['--enable-unsafe-webgpu', `--unsafely-treat
 const page = await browser.context.newPage();
 page.on('console', (m) => /error|fail/i.test(m.text()) && console.log(`[tab] ${m.text()}`));
 await page.goto(url);
-type Result = { backend: string; msPerStep: number; tokensPerSec: number; warmupCounts?: GpuCounts[]; stepCounts?: GpuCounts[] };
+type Result = { backend: string; msPerStep: number; tokensPerSec: number; warmupCounts?: GpuCounts[]; stepCounts?: GpuCounts[]; kernels?: Record<string, number> };
 const r = (await page.evaluate(
   ([o, w, s]) => (window as unknown as { trainAtHomeBench: { stageSteps(b: string, o: unknown, w: number, s: number): Promise<unknown> } }).trainAtHomeBench.stageSteps('webgpu', o, w, s),
   [options, WARMUP, STEPS] as const,
@@ -58,6 +58,7 @@ if (r.backend !== 'webgpu' || !r.stepCounts?.length) throw new Error(`the tab di
 
 for (const [i, c] of (r.warmupCounts ?? []).entries()) console.log(`webgpu-dispatch: warm-up step ${i + 1}: ${describe(c)}`);
 for (const [i, c] of r.stepCounts.entries()) console.log(`webgpu-dispatch: step ${i + 1}: ${describe(c)}`);
+console.log(`webgpu-dispatch: programs of the last step by kind: ${Object.entries(r.kernels ?? {}).sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`).join(', ')}`);
 const dispatches = new Set(r.stepCounts.map((c) => c.dispatches));
 if (dispatches.size !== 1) throw new Error(`measured steps launched different numbers of kernels (${[...dispatches].join(', ')}): not a steady state`);
 const max = (k: keyof GpuCounts): number => Math.max(...r.stepCounts!.map((c) => c[k]));
@@ -74,6 +75,8 @@ finish('webgpu-dispatch', {
   after: now,
   reduction: Number((before.dispatchesPerStep / now.dispatchesPerStep).toFixed(2)),
   step: { preset: 'small', stage: '2 of 3 (middle)', batch: BATCH, layout: options.layout, tokens: BATCH * 128 },
+  // What the last measured step launched, by kind, most first: what fused programs would replace.
+  kernels: Object.fromEntries(Object.entries(r.kernels ?? {}).sort((a, b) => b[1] - a[1])),
   warmupCounts: r.warmupCounts,
   stepCounts: r.stepCounts,
   msPerStep: Math.round(r.msPerStep),

@@ -82,7 +82,7 @@ describe('a tab on WebGPU', () => {
 });
 
 describe('counting a WebGPU step', () => {
-  it("counts a stage's kernel launches, submits and buffer creations per microbatch, the same launches every step (bench:webgpu-dispatch's counter)", async () => {
+  it("counts a stage's kernel launches, submits and buffer creations per microbatch: the same launches every step, and no buffer created after warm-up (bench:webgpu-dispatch's counter)", async () => {
     const page = await browsers[0]!.context.newPage();
     await page.goto(url);
     const options = { preset: 'tiny', layout: { stages: 3, bottleneck: 32, int8: true }, stage: 1, batch: 2 };
@@ -90,7 +90,7 @@ describe('counting a WebGPU step', () => {
     const r = (await page.evaluate(
       ([o]) => (window as unknown as { trainAtHomeBench: { stageSteps(b: string, o: unknown, w: number, s: number): Promise<unknown> } }).trainAtHomeBench.stageSteps('webgpu', o, 2, 3),
       [options] as const,
-    )) as { backend: string; warmupCounts: Counts[]; stepCounts: Counts[] };
+    )) as { backend: string; warmupCounts: Counts[]; stepCounts: Counts[]; kernels: Record<string, number> };
     console.log(`e2e: tiny middle stage, per step ${JSON.stringify(r.stepCounts)}, warm-up ${JSON.stringify(r.warmupCounts)}`);
     expect(r.backend).toBe('webgpu');
     expect(r.stepCounts).toHaveLength(3);
@@ -104,7 +104,15 @@ describe('counting a WebGPU step', () => {
       expect(c.submits).toBeGreaterThan(0);
       // tfjs binds and writes the uniforms of each launch.
       expect(c.bindGroups).toBe(c.dispatches);
+      // After warm-up a step allocates nothing: tfjs pools storage, uniform and read-back buffers, and uploads go
+      // into pooled buffers by queue.writeBuffer instead of a new staging buffer each (useWriteBufferUploads).
+      expect(c.buffersCreated).toBe(0);
     }
+    // By kind: every program of the last step counted once (tfjs's own and ours: the fused AdamW's weight update per tensor).
+    console.log(`e2e: programs by kind ${JSON.stringify(r.kernels)}`);
+    expect(Object.values(r.kernels).reduce((a, b) => a + b, 0)).toBe(r.stepCounts[2]!.dispatches);
+    expect(r.kernels['tah_adamw_weight']).toBeGreaterThan(0);
+    expect(r.kernels['matMulPacked']).toBeGreaterThan(0);
     await page.close();
   });
 });

@@ -83,6 +83,8 @@ if (count > 1) {
     // The optimizer step as fused WGSL kernels, once checked against the WASM arithmetic.
     const opt = await gpu.useFusedOptimizer();
     console.log(`[miner] fused WGSL optimizer ${opt.ok ? 'agrees with' : 'differs from'} the WASM arithmetic (largest relative difference ${opt.maxRelativeDiff.toExponential(1)}): ${opt.ok ? 'in use' : 'not used'}`);
+    // No buffer created per step, fewer submits (model/webgpu/steady-state.ts).
+    gpu.useSteadyStateWebGPU();
   }
   await cryptoReady();
   const identity = generateIdentity();

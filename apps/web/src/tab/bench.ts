@@ -71,6 +71,8 @@ export interface StageStepsResult {
   /** WebGPU only: the GPU calls of each warm-up step, then of each measured step (countGpuWork). */
   warmupCounts?: GpuCounts[];
   stepCounts?: GpuCounts[];
+  /** WebGPU only: the programs the last measured step ran, by kind. */
+  kernels?: Record<string, number>;
 }
 
 /**
@@ -99,7 +101,7 @@ export async function benchStageSteps(o: { options: SyntheticStageOptions; warmu
       if (counter) stepCounts.push(counter.read());
     }
     const result: StageStepsResult = { backend: tf.getBackend(), options: o.options, warmup: o.warmup, steps: o.steps, msPerStep: ms / o.steps, tokensPerSec: (o.steps * stage.tokens) / (ms / 1000) };
-    return counter ? { ...result, warmupCounts, stepCounts } : result;
+    return counter ? { ...result, warmupCounts, stepCounts, kernels: counter.kernels() } : result;
   } finally {
     counter?.uninstall();
     stage.dispose();

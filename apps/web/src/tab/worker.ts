@@ -78,6 +78,8 @@ async function installGpuKernels(): Promise<void> {
     const codec = await gpu.codecKernelCheck();
     // The optimizer step as fused WGSL kernels, installed only when they agree with the WASM arithmetic.
     const optimizer = await gpu.useFusedOptimizer();
+    // No buffer created per step, fewer submits (model/webgpu/steady-state.ts).
+    gpu.useSteadyStateWebGPU();
     const result = { ...codec, optimizer };
     post({ ev: 'kernel-check', result });
     if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };

@@ -1,3 +1,6 @@
+// tfjs's op enums, to name its element-wise programs (their shader keys carry the number).
+import { BinaryOpType } from '@tensorflow/tfjs-backend-webgpu/dist/binary_op_util';
+import { UnaryOpType } from '@tensorflow/tfjs-backend-webgpu/dist/unary_op_util';
 import { requireWebGPUBackend } from './codec-gpu';
 
 /**
@@ -26,6 +29,8 @@ export interface GpuCounts {
 export interface GpuCounter {
   /** The counts since installation or the last reset. */
   read(): GpuCounts;
+  /** tfjs programs run since then, by kind (their shader key's family: `binary_Mul`, `matMulPacked`, `tah_adamw_weight`...): what a fused program would replace. */
+  kernels(): Record<string, number>;
   reset(): void;
   /** Puts the device's own methods back. */
   uninstall(): void;
@@ -47,6 +52,7 @@ export function countGpuWork(): GpuCounter {
   const device = backend.device;
   const queue = backend.queue ?? device.queue;
   let counts: GpuCounts = { ...ZERO };
+  let kernels: Record<string, number> = {};
   const restore: Array<() => void> = [];
   let installed = true;
 
@@ -68,6 +74,10 @@ export function countGpuWork(): GpuCounter {
     counts.bytesCreated += Number((args[0] as GPUBufferDescriptor | undefined)?.size ?? 0);
   });
   wrap(device, 'createBindGroup', () => counts.bindGroups++);
+  wrap(backend, 'runWebGPUProgram', (args) => {
+    const kind = kernelKind(String((args[0] as { shaderKey?: string } | undefined)?.shaderKey ?? 'unknown'));
+    kernels[kind] = (kernels[kind] ?? 0) + 1;
+  });
   wrap(queue, 'submit', () => counts.submits++);
   wrap(queue, 'writeBuffer', () => counts.writes++);
   // Encoders and passes are short-lived objects: wrap each as it is made (they need no restoring).
@@ -97,8 +107,10 @@ export function countGpuWork(): GpuCounter {
 
   return {
     read: () => ({ ...counts }),
+    kernels: () => ({ ...kernels }),
     reset: () => {
       counts = { ...ZERO };
+      kernels = {};
     },
     uninstall: () => {
       installed = false;
@@ -110,4 +122,14 @@ export function countGpuWork(): GpuCounter {
 /** a − b, field by field. */
 export function gpuCountsDelta(a: GpuCounts, b: GpuCounts): GpuCounts {
   return Object.fromEntries(Object.keys(ZERO).map((k) => [k, a[k as keyof GpuCounts] - b[k as keyof GpuCounts]])) as unknown as GpuCounts;
+}
+
+/** A shader key's family: the op for tfjs's element-wise and reduce programs (`binary_MUL`), the first word for others, ours whole. */
+function kernelKind(key: string): string {
+  if (key.startsWith('tah_')) return key;
+  const [kind, op] = key.split('_');
+  if (kind === 'binary') return `binary_${(BinaryOpType as unknown as Record<string, string>)[op!] ?? op}`;
+  if (kind === 'unary') return `unary_${(UnaryOpType as unknown as Record<string, string>)[op!] ?? op}`;
+  if (kind === 'reduce') return `reduce_${op}`;
+  return kind!;
 }
