@@ -93,7 +93,8 @@ function describe(c: GpuCounts): string {
 function gitCommit(): string {
   try {
     const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8' }).trim() !== '';
+    // Code only: results and docs do not change a count.
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', '--', '.', ':!bench/results', ':!*.md'], { encoding: 'utf8' }).trim() !== '';
     return dirty ? `${sha} (with uncommitted changes)` : sha;
   } catch {
     return 'unknown';
