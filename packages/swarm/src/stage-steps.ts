@@ -16,6 +16,8 @@ export interface SyntheticStageOptions {
 /** One stage that trains on fixed random inputs, one microbatch per `step()`. */
 export interface SyntheticStage {
   spec: StageSpec;
+  /** Its weights (they move every step). */
+  stage: Stage;
   /** Tokens per microbatch (batch × context). */
   tokens: number;
   /**
@@ -54,6 +56,7 @@ export function syntheticStage(o: SyntheticStageOptions, deviceCodec?: BoundaryD
 
   return {
     spec,
+    stage: compute.stage,
     tokens: rows,
     async step() {
       const input: StageInput = tokens ? { batch: o.batch, time: T, x: tf.tensor2d(tokens, [o.batch, T], 'int32') } : { batch: o.batch, time: T, x: compute.decode(inputFrame!, rows, spec.inputWidth) };
