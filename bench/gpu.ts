@@ -57,6 +57,8 @@ interface BackendResult {
   memory?: Record<string, unknown>;
   codecCheckOk?: boolean;
   optimizerCheck?: unknown;
+  layerNormCheck?: unknown;
+  geluCheck?: unknown;
   /** One gpu stage with the composite optimizer (before the fused kernels are installed). */
   gpuStageComposite?: StageTiming;
   /** One gpu stage with command buffers submitted every 15 dispatches (tfjs's default) instead of 128. */
@@ -243,6 +245,8 @@ if (values.backend) {
     if (asked === 'webgpu') {
       const gpu = await import('@train-at-home/model/webgpu');
       await gpu.useFusedOptimizer();
+      await gpu.useFusedLayerNorm();
+      await gpu.useFusedGelu();
       gpu.useSteadyStateWebGPU();
     }
     await attempt('gpu stage', async () => void (result.gpuStage = await gpuStage(STEPS)));
@@ -258,6 +262,8 @@ if (values.backend) {
       // The stage step with the composite optimizer first, then with the fused WGSL optimizer.
       await attempt('gpu stage, composite optimizer', async () => void (result.gpuStageComposite = await gpuStage(gpuSteps)));
       await attempt('fused optimizer check', async () => void (result.optimizerCheck = await gpu.useFusedOptimizer()));
+      await attempt('fused layer norm check', async () => void (result.layerNormCheck = await gpu.useFusedLayerNorm()));
+      await attempt('fused GELU check', async () => void (result.geluCheck = await gpu.useFusedGelu()));
       gpu.useSteadyStateWebGPU();
     }
     await attempt('small', async () => void (result.tokensPerSec!.small = await wholeModel('small', STEPS)));
@@ -326,6 +332,8 @@ finish('gpu', {
   gpuStageSubmitEvery15: webgpu?.gpuStageSubmit15 ?? null,
   gpuStageByBatch: Object.fromEntries(results.filter((r) => r.gpuStageByBatch).map((r) => [r.backend, r.gpuStageByBatch])),
   optimizerCheck: webgpu?.optimizerCheck ?? null,
+  layerNormCheck: webgpu?.layerNormCheck ?? null,
+  geluCheck: webgpu?.geluCheck ?? null,
   codecCheckOk: webgpu?.codecCheckOk ?? null,
   failures: Object.fromEntries(results.filter((r) => r.failures).map((r) => [r.backend, r.failures])),
   webgpuOverWasm: webgpu?.tokensPerSec?.small && wasm?.tokensPerSec?.small ? { small: +(webgpu.tokensPerSec.small / wasm.tokensPerSec.small).toFixed(2) } : null,

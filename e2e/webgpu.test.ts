@@ -31,6 +31,11 @@ describe('a tab on WebGPU', () => {
     // The fused optimizer kernels (SumSquares, AdamW moment, variance, weight) agree with the WASM arithmetic and are in use.
     expect(await gpuTab.getByTestId('optimizer-check').getAttribute('data-ok')).toBe('true');
     console.log(`e2e: ${await gpuTab.getByTestId('optimizer-check').textContent()}`);
+    // The fused layer norm and GELU agree with tfjs's composites, forward and backward, on odd shapes, and are in use.
+    for (const id of ['layer-norm-check', 'gelu-check']) {
+      expect(await gpuTab.getByTestId(id).getAttribute('data-ok')).toBe('true');
+      console.log(`e2e: ${await gpuTab.getByTestId(id).textContent()}`);
+    }
 
     // Alone in a 2-stage run, the tab waits, and says how many more participants are needed and how to add them
     // (this coordinator starts no miners of its own).
@@ -90,7 +95,13 @@ describe('counting a WebGPU step', () => {
     const r = (await page.evaluate(
       ([o]) => (window as unknown as { trainAtHomeBench: { stageSteps(b: string, o: unknown, w: number, s: number): Promise<unknown> } }).trainAtHomeBench.stageSteps('webgpu', o, 2, 3),
       [options] as const,
-    )) as { backend: string; warmupCounts: Counts[]; stepCounts: Counts[]; kernels: Record<string, number> };
+    )) as {
+      backend: string;
+      warmupCounts: Counts[];
+      stepCounts: Counts[];
+      kernels: Record<string, number>;
+      kernelCheck: Record<'layerNorm' | 'gelu', { ok: boolean; maxRelativeDiff: number; tolerance: number; worst: string }>;
+    };
     console.log(`e2e: tiny middle stage, per step ${JSON.stringify(r.stepCounts)}, warm-up ${JSON.stringify(r.warmupCounts)}`);
     expect(r.backend).toBe('webgpu');
     expect(r.stepCounts).toHaveLength(3);
@@ -113,6 +124,21 @@ describe('counting a WebGPU step', () => {
     expect(Object.values(r.kernels).reduce((a, b) => a + b, 0)).toBe(r.stepCounts[2]!.dispatches);
     expect(r.kernels['tah_adamw_weight']).toBeGreaterThan(0);
     expect(r.kernels['matMulPacked']).toBeGreaterThan(0);
+    // The fused layer norm and GELU (each checked against tfjs's composite, forward and backward, on odd shapes)
+    // replaced the composites: a 1-layer middle stage has 3 layer norms (2 in its block, 1 before the bottleneck)
+    // and 1 GELU, each run in the forward, again in the backward's recomputation, and differentiated once; no
+    // rsqrt or erf of the composites is left.
+    console.log(`e2e: fused checks ${JSON.stringify(r.kernelCheck)}`);
+    for (const op of ['layerNorm', 'gelu'] as const) {
+      expect(r.kernelCheck[op].ok).toBe(true);
+      expect(r.kernelCheck[op].maxRelativeDiff).toBeLessThanOrEqual(r.kernelCheck[op].tolerance);
+    }
+    expect(r.kernels['tah_layer_norm']).toBe(6);
+    expect(r.kernels['tah_layer_norm_dx']).toBe(3);
+    expect(r.kernels['tah_gelu']).toBe(2);
+    expect(r.kernels['tah_gelu_grad']).toBe(1);
+    expect(r.kernels['unary_RSQRT']).toBeUndefined();
+    expect(r.kernels['unary_ERF']).toBeUndefined();
     await page.close();
   });
 });

@@ -38,13 +38,51 @@ export const mm = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveF
   };
 }) as unknown as Parameters<typeof tf.customGrad>[0]) as <R extends tf.Tensor>(a: R, b: tf.Tensor) => R;
 
+/**
+ * Pieces of the model as fused kernels of one backend (WebGPU:
+ * ../webgpu/layernorm.ts, ../webgpu/gelu.ts), each installed with
+ * setFusedLayerOp once a kernel check has measured it against the composite
+ * below, forward and backward. Used only while that backend is active; every
+ * other backend (the validator's WASM included) runs the composites.
+ */
+export interface FusedLayerOps {
+  layerNorm(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor2D;
+  gelu(x: tf.Tensor): tf.Tensor;
+}
+
+const fusedOps: { [K in keyof FusedLayerOps]?: { backend: string; impl: FusedLayerOps[K] } } = {};
+
+/** Installs (or, with undefined, removes) a backend's fused form of one op. */
+export function setFusedLayerOp<K extends keyof FusedLayerOps>(name: K, backend: string, impl: FusedLayerOps[K] | undefined): void {
+  if (impl) (fusedOps as Record<string, unknown>)[name] = { backend, impl };
+  else delete fusedOps[name];
+}
+
+/** The fused form of an op on the active backend, if one is installed. */
+function fusedOp<K extends keyof FusedLayerOps>(name: K): FusedLayerOps[K] | undefined {
+  const op = fusedOps[name];
+  return op && tf.getBackend() === op.backend ? (op.impl as FusedLayerOps[K]) : undefined;
+}
+
 export function layerNorm(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor2D {
+  const fused = fusedOp('layerNorm');
+  return fused ? fused(x, g, b) : layerNormComposite(x, g, b);
+}
+
+/** Layer norm from tfjs ops: what every backend without fused kernels runs, and what fused kernels are checked against. */
+export function layerNormComposite(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor2D {
   const { mean, variance } = tf.moments(x, -1, true); // [N, 1]
   return tf.add(tf.mul(tf.mul(tf.sub(x, mean), tf.rsqrt(tf.add(variance, LN_EPS))), g), b);
 }
 
 /** Exact GELU, 0.5·x·(1 + erf(x/√2)); erf has kernels and gradients on every backend. */
 export function gelu(x: tf.Tensor): tf.Tensor {
+  const fused = fusedOp('gelu');
+  return fused ? fused(x) : geluComposite(x);
+}
+
+/** GELU from tfjs ops: what every backend without fused kernels runs, and what fused kernels are checked against. */
+export function geluComposite(x: tf.Tensor): tf.Tensor {
   return tf.mul(tf.mul(x, 0.5), tf.add(tf.erf(tf.mul(x, Math.SQRT1_2)), 1));
 }
 

@@ -73,6 +73,8 @@ export interface StageStepsResult {
   stepCounts?: GpuCounts[];
   /** WebGPU only: the programs the last measured step ran, by kind. */
   kernels?: Record<string, number>;
+  /** WebGPU only: the tab's kernel checks (codec, fused optimizer, fused layer norm), as the worker installed them. */
+  kernelCheck?: import('./messages').KernelCheck;
 }
 
 /**

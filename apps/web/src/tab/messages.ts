@@ -30,6 +30,17 @@ export interface KernelCheck {
   ms: number;
   /** The fused WGSL optimizer step against the WASM arithmetic (in use only when ok). */
   optimizer?: { maxRelativeDiff: number; tolerance: number; ok: boolean; ms: number };
+  /** The fused WGSL layer norm and GELU against tfjs's composites, forward and backward (each in use only when ok). */
+  layerNorm?: FusedCheck;
+  gelu?: FusedCheck;
+}
+
+export interface FusedCheck {
+  maxRelativeDiff: number;
+  worst: string;
+  tolerance: number;
+  ok: boolean;
+  ms: number;
 }
 
 /** Page → worker. */

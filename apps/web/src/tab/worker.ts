@@ -13,7 +13,7 @@ import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { cryptoReady, generateIdentity, type Identity } from '@train-at-home/protocol';
 import { Miner, MeshPort, httpTokenSource, runStageRound, type BoundaryDeviceCodec, type PortLike } from '@train-at-home/swarm';
-import type { FromTabWorker, ProbeOutcome, TabBackend, ToTabWorker } from './messages';
+import type { FromTabWorker, KernelCheck, ProbeOutcome, TabBackend, ToTabWorker } from './messages';
 import { benchLocalTraining, benchStageSteps } from './bench';
 import { probeBackends } from './probe';
 
@@ -72,19 +72,24 @@ function watchDevice(): void {
 }
 
 /** On WebGPU: the WGSL int8 codec and the fused optimizer step, each used only once it agrees with the WASM arithmetic. */
-async function installGpuKernels(): Promise<void> {
+async function installGpuKernels(): Promise<KernelCheck | undefined> {
   try {
     const gpu = await import('@train-at-home/model/webgpu');
     const codec = await gpu.codecKernelCheck();
     // The optimizer step as fused WGSL kernels, installed only when they agree with the WASM arithmetic.
     const optimizer = await gpu.useFusedOptimizer();
+    // Layer norm and GELU as fused WGSL kernels, each installed only when it agrees with tfjs's composite, forward and backward.
+    const layerNorm = await gpu.useFusedLayerNorm();
+    const gelu = await gpu.useFusedGelu();
     // No buffer created per step, fewer submits (model/webgpu/steady-state.ts).
     gpu.useSteadyStateWebGPU();
-    const result = { ...codec, optimizer };
+    const result = { ...codec, optimizer, layerNorm, gelu };
     post({ ev: 'kernel-check', result });
     if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
+    return result;
   } catch (e) {
     post({ ev: 'kernel-check', error: (e as Error).message });
+    return undefined;
   }
 }
 
@@ -144,8 +149,8 @@ scope.addEventListener('message', (event) => {
       // bench:webgpu-dispatch: a stage's microbatches as this tab computes them (its WGSL kernels installed), GPU calls counted.
       probeBackends([], m.backend, () => {})
         .then(async () => {
-          if (m.backend === 'webgpu') await installGpuKernels();
-          return benchStageSteps(m, m.backend === 'webgpu' ? deviceCodec : undefined);
+          const kernelCheck = m.backend === 'webgpu' ? await installGpuKernels() : undefined;
+          return { ...(await benchStageSteps(m, m.backend === 'webgpu' ? deviceCodec : undefined)), ...(kernelCheck ? { kernelCheck } : {}) };
         })
         .then((result) => post({ ev: 'stage-steps', result }))
         .catch((e: Error) => post({ ev: 'stage-steps', error: e.message }));

@@ -24,3 +24,7 @@ export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_PARTI
 export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
 export { countGpuWork, gpuCountsDelta, type GpuCounter, type GpuCounts } from './counters';
 export { SUBMIT_EVERY_DISPATCHES, useSteadyStateWebGPU, useWriteBufferUploads } from './steady-state';
+export { LayerNormGradGProgram, LayerNormGradXProgram, LayerNormProgram, LayerNormStatsProgram } from './layernorm-programs';
+export { fusedLayerNormGPU, layerNormKernelCheck, useFusedLayerNorm } from './layernorm';
+export { checkFusedOp, type FusedKernelCheck } from './fused-check';
+export { GeluGradProgram, GeluProgram, fusedGeluGPU, geluKernelCheck, useFusedGelu } from './gelu';
