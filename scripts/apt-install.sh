@@ -5,7 +5,10 @@ set -euo pipefail
 who=$1 pkg=$2
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "$who: installing Debian's $pkg"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+  # A mirror connection that stalls is dropped after 30 s and retried, not waited on for minutes (it once
+  # outlasted the NAT test's 180 s set-up while the mirror was otherwise reachable).
+  o=(-o Acquire::Retries=3 -o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30)
+  apt-get "${o[@]}" update -qq && DEBIAN_FRONTEND=noninteractive apt-get "${o[@]}" install -y -qq "$pkg" >/dev/null
 else
   echo "$who: $pkg is not installed and this user cannot install it (run as root, or: sudo apt-get install -y $pkg)" >&2
   exit 1
