@@ -45,9 +45,11 @@ export async function initNodeBackend(preferred: BackendName = 'wasm', log: (lin
     try {
       const { adapter } = await initNodeWebGPU();
       const chosen = await selectBackend(['webgpu']);
-      // tfjs submits a command buffer every 15 dispatches; through Dawn in Node each submit is costly (CPU
-      // profile on an H100: 29% of a step). Every 128: one gpu stage trains 20% faster (bench/results/gpu.json).
-      if (chosen === 'webgpu') (await import('@tensorflow/tfjs')).env().set('WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE', 128);
+      // Fewer submits, as the tab and the miner run (webgpu/steady-state.ts: one gpu stage trains 20% faster).
+      if (chosen === 'webgpu') {
+        const { SUBMIT_EVERY_DISPATCHES } = await import('../webgpu/steady-state');
+        (await import('@tensorflow/tfjs')).env().set('WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE', SUBMIT_EVERY_DISPATCHES);
+      }
       log(`backend webgpu on ${adapter}`);
       return chosen;
     } catch (e) {

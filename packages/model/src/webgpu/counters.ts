@@ -81,29 +81,16 @@ export function countGpuWork(): GpuCounter {
   wrap(queue, 'submit', () => counts.submits++);
   wrap(queue, 'writeBuffer', () => counts.writes++);
   // Encoders and passes are short-lived objects: wrap each as it is made (they need no restoring).
-  wrap(
-    device,
-    'createCommandEncoder',
-    () => {},
-    (encoder) =>
-      wrap(
-        encoder as GPUCommandEncoder,
-        'beginComputePass',
-        () => counts.passes++,
-        (pass) => {
-          wrap(pass as GPUComputePassEncoder, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false);
-          wrap(pass as GPUComputePassEncoder, 'dispatchWorkgroupsIndirect', () => counts.dispatches++, undefined, false);
-        },
-        false,
-      ),
-  );
-  // tfjs keeps its current command encoder across calls: one made before now is counted from its next pass on.
-  const current = (backend as unknown as { commandEncoder?: GPUCommandEncoder | null }).commandEncoder;
-  if (current) {
-    wrap(current, 'beginComputePass', () => counts.passes++, (pass) => wrap(pass as GPUComputePassEncoder, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false), false);
-  }
-  const pass = (backend as unknown as { computePassEncoder?: GPUComputePassEncoder | null }).computePassEncoder;
-  if (pass) wrap(pass, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false);
+  const countPass = (pass: GPUComputePassEncoder): void => {
+    wrap(pass, 'dispatchWorkgroups', () => counts.dispatches++, undefined, false);
+    wrap(pass, 'dispatchWorkgroupsIndirect', () => counts.dispatches++, undefined, false);
+  };
+  const countEncoder = (encoder: GPUCommandEncoder): void => wrap(encoder, 'beginComputePass', () => counts.passes++, (pass) => countPass(pass as GPUComputePassEncoder), false);
+  wrap(device, 'createCommandEncoder', () => {}, (encoder) => countEncoder(encoder as GPUCommandEncoder));
+  // tfjs keeps its current command encoder and compute pass across calls: ones made before now are counted from now on.
+  const current = backend as unknown as { commandEncoder?: GPUCommandEncoder | null; computePassEncoder?: GPUComputePassEncoder | null };
+  if (current.commandEncoder) countEncoder(current.commandEncoder);
+  if (current.computePassEncoder) countPass(current.computePassEncoder);
 
   return {
     read: () => ({ ...counts }),
@@ -117,11 +104,6 @@ export function countGpuWork(): GpuCounter {
       for (const r of restore.reverse()) r();
     },
   };
-}
-
-/** a − b, field by field. */
-export function gpuCountsDelta(a: GpuCounts, b: GpuCounts): GpuCounts {
-  return Object.fromEntries(Object.keys(ZERO).map((k) => [k, a[k as keyof GpuCounts] - b[k as keyof GpuCounts]])) as unknown as GpuCounts;
 }
 
 /** A shader key's family: the op for tfjs's element-wise and reduce programs (`binary_MUL`), the first word for others, ours whole. */

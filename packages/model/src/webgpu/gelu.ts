@@ -1,8 +1,8 @@
 import * as tf from '@tensorflow/tfjs';
-import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
 import { geluComposite, setFusedLayerOp } from '../layers';
 import { mulberry32 } from '../rng';
 import { requireWebGPUBackend } from './codec-gpu';
+import { ElementwiseProgram, runProgram } from './flat-program';
 import { checkFusedOp, type FusedKernelCheck } from './fused-check';
 
 /**
@@ -16,20 +16,8 @@ const ERF_WGSL = `
     return sign(a) * (1.0 - (((((${tf.backend_util.ERF_A5} * t + ${tf.backend_util.ERF_A4}) * t) + ${tf.backend_util.ERF_A3}) * t + ${tf.backend_util.ERF_A2}) * t + ${tf.backend_util.ERF_A1}) * t * exp(-a * a));
   }`;
 
-abstract class ElementwiseProgram implements WebGPUProgram {
-  outputShape: number[];
-  abstract shaderKey: string;
-  abstract variableNames: string[];
-  dispatchLayout: { x: number[] } = { x: [0] };
-  dispatch: [number, number, number];
-  workgroupSize: [number, number, number] = [64, 1, 1];
-  size = true;
-
-  constructor(n: number) {
-    this.outputShape = [n];
-    this.dispatch = [Math.ceil(n / 64), 1, 1];
-  }
-
+/** One thread per element of x: `body` computes result[index] from v = x[index], with tahErf at hand. */
+abstract class GeluFamilyProgram extends ElementwiseProgram {
   /** WGSL computing result[index] from v = x[index]. */
   abstract body(): string;
 
@@ -47,7 +35,7 @@ abstract class ElementwiseProgram implements WebGPUProgram {
 }
 
 /** y = 0.5 · x · (1 + erf(x / √2)), one thread per element. */
-export class GeluProgram extends ElementwiseProgram {
+export class GeluProgram extends GeluFamilyProgram {
   shaderKey = 'tah_gelu';
   variableNames = ['x'];
 
@@ -57,7 +45,7 @@ export class GeluProgram extends ElementwiseProgram {
 }
 
 /** dx = dy · (0.5 · (1 + erf(x / √2)) + x · exp(−x² / 2) / √(2π)): GELU's exact derivative (erf′ as tfjs takes it, 2/√π · e^(−u²)). */
-export class GeluGradProgram extends ElementwiseProgram {
+export class GeluGradProgram extends GeluFamilyProgram {
   shaderKey = 'tah_gelu_grad';
   variableNames = ['x', 'dy'];
 
@@ -69,17 +57,12 @@ export class GeluGradProgram extends ElementwiseProgram {
   }
 }
 
-function run(program: WebGPUProgram, inputs: tf.Tensor[], shape: number[]): tf.Tensor {
-  const backend = requireWebGPUBackend();
-  return tf.tidy(() => tf.reshape(tf.engine().makeTensorFromTensorInfo(backend.runWebGPUProgram(program, inputs.map((t) => tf.reshape(t, [t.size])), 'float32')), shape));
-}
-
 /** GELU in WGSL: 1 launch forward and 1 backward, instead of 5 and ~9. */
 const fusedGeluOp = tf.customGrad(((x: tf.Tensor, save: tf.GradSaveFunc) => {
   save([x]);
   return {
-    value: run(new GeluProgram(x.size), [x], x.shape),
-    gradFunc: (dy: tf.Tensor | tf.Tensor[], [sx]: tf.Tensor[]) => run(new GeluGradProgram(sx!.size), [sx!, dy as tf.Tensor], sx!.shape),
+    value: runProgram(new GeluProgram(x.size), [x], x.shape),
+    gradFunc: (dy: tf.Tensor | tf.Tensor[], [sx]: tf.Tensor[]) => runProgram(new GeluGradProgram(sx!.size), [sx!, dy as tf.Tensor], sx!.shape),
   };
 }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (x: tf.Tensor) => tf.Tensor;
 

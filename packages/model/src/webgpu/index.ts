@@ -22,7 +22,7 @@ export {
 export { codecCheckData, codecKernelCheck, type CodecKernelCheck } from './check';
 export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
 export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
-export { countGpuWork, gpuCountsDelta, type GpuCounter, type GpuCounts } from './counters';
+export { countGpuWork, type GpuCounter, type GpuCounts } from './counters';
 export { SUBMIT_EVERY_DISPATCHES, useSteadyStateWebGPU, useWriteBufferUploads } from './steady-state';
 export { LayerNormGradGProgram, LayerNormGradXProgram, LayerNormProgram, LayerNormStatsProgram } from './layernorm-programs';
 export { fusedLayerNormGPU, layerNormKernelCheck, useFusedLayerNorm } from './layernorm';

@@ -1,4 +1,4 @@
-import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
+import { ElementwiseProgram, FlatProgram } from './flat-program';
 
 /**
  * Layer norm as WGSL programs (issue 24's fused hot paths). tfjs composes a
@@ -58,19 +58,10 @@ function rowStats(): string {
     let rstd = inverseSqrt(squares / f32(cols) + ${LAYER_NORM_EPS.toExponential()});`;
 }
 
-abstract class RowProgram implements WebGPUProgram {
-  outputShape: number[];
-  abstract shaderKey: string;
-  abstract variableNames: string[];
-  dispatchLayout: { x: number[] } = { x: [0] };
-  dispatch: [number, number, number];
-  workgroupSize: [number, number, number] = [ROW_WORKGROUP, 1, 1];
-  uniforms?: string;
-
+abstract class RowProgram extends FlatProgram {
+  /** One workgroup of ROW_WORKGROUP threads per row of x. */
   constructor(rows: number, outCols: number) {
-    this.outputShape = [rows, outCols];
-    // One workgroup per row (the backend folds large counts into y/z; getGlobalIndex linearises them).
-    this.dispatch = [rows, 1, 1];
+    super([rows, outCols], rows, ROW_WORKGROUP, false);
   }
 
   /** The body of main(index), for the row index / ROW_WORKGROUP (workgroup memory: tahRow). */
@@ -151,19 +142,9 @@ export class LayerNormGradXProgram extends RowProgram {
 }
 
 /** dg = Σ_rows dy · x̂: one thread per column, down the rows. */
-export class LayerNormGradGProgram implements WebGPUProgram {
-  outputShape: number[];
+export class LayerNormGradGProgram extends ElementwiseProgram {
   shaderKey = 'tah_layer_norm_dg';
-  dispatchLayout: { x: number[] } = { x: [0] };
-  dispatch: [number, number, number];
   variableNames = ['x', 'dy', 'stats'];
-  workgroupSize: [number, number, number] = [64, 1, 1];
-  size = true;
-
-  constructor(cols: number) {
-    this.outputShape = [cols];
-    this.dispatch = [Math.ceil(cols / 64), 1, 1];
-  }
 
   getUserCode(): string {
     return `

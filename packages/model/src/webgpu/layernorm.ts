@@ -1,27 +1,22 @@
 import * as tf from '@tensorflow/tfjs';
-import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
 import { layerNormComposite, setFusedLayerOp } from '../layers';
 import { mulberry32 } from '../rng';
 import { requireWebGPUBackend } from './codec-gpu';
+import { runProgram } from './flat-program';
 import { checkFusedOp, type FusedKernelCheck } from './fused-check';
 import { LayerNormGradGProgram, LayerNormGradXProgram, LayerNormProgram, LayerNormStatsProgram } from './layernorm-programs';
-
-function run(program: WebGPUProgram, inputs: tf.Tensor[]): tf.Tensor {
-  const backend = requireWebGPUBackend();
-  return tf.engine().makeTensorFromTensorInfo(backend.runWebGPUProgram(program, inputs, 'float32'));
-}
 
 /** Layer norm in WGSL (./layernorm-programs.ts): 1 launch forward, 4 backward, instead of ~9 and ~25. */
 const fusedLayerNormOp = tf.customGrad(((x: tf.Tensor2D, g: tf.Tensor1D, b: tf.Tensor1D, save: tf.GradSaveFunc) => {
   const [rows, cols] = x.shape;
   save([x, g]);
   return {
-    value: run(new LayerNormProgram(rows, cols), [x, g, b]),
+    value: runProgram(new LayerNormProgram(rows, cols), [x, g, b]),
     gradFunc: (dy: tf.Tensor | tf.Tensor[], [sx, sg]: tf.Tensor[]) => {
-      const stats = run(new LayerNormStatsProgram(rows), [sx!]);
+      const stats = runProgram(new LayerNormStatsProgram(rows), [sx!]);
       const grads = [
-        run(new LayerNormGradXProgram(rows, cols), [sx!, sg!, dy as tf.Tensor, stats]),
-        run(new LayerNormGradGProgram(cols), [sx!, dy as tf.Tensor, stats]),
+        runProgram(new LayerNormGradXProgram(rows, cols), [sx!, sg!, dy as tf.Tensor, stats]),
+        runProgram(new LayerNormGradGProgram(cols), [sx!, dy as tf.Tensor, stats]),
         tf.sum(dy as tf.Tensor, 0),
       ];
       stats.dispose();

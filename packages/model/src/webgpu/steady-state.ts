@@ -3,9 +3,10 @@ import { requireWebGPUBackend } from './codec-gpu';
 
 /**
  * Dispatches recorded per command buffer before tfjs submits it (its default
- * is 15). Each submit costs the CPU (through Dawn on an H100: 29% of a step);
- * a read-back submits whatever is pending anyway. Node's WebGPU backend sets
- * the same (node/backend.ts: one gpu stage 20% faster, bench/results/gpu.json).
+ * is 15). Each submit costs the CPU (through Dawn on an H100: 29% of a step;
+ * every 128, one gpu stage trained 20% faster, bench/results/gpu.json); a
+ * read-back submits whatever is pending anyway. Node's WebGPU backend
+ * (node/backend.ts) sets it too.
  */
 export const SUBMIT_EVERY_DISPATCHES = 128;
 
@@ -53,10 +54,10 @@ interface Backend {
   __tahWriteBufferUploads?: boolean;
 }
 
-/** Installs the write-buffer upload on the current WebGPU backend (once per backend instance); returns whether it is in use. */
-export function useWriteBufferUploads(): boolean {
+/** Installs the write-buffer upload on the current WebGPU backend (once per backend instance). */
+export function useWriteBufferUploads(): void {
   const backend = requireWebGPUBackend() as unknown as Backend;
-  if (backend.__tahWriteBufferUploads) return true;
+  if (backend.__tahWriteBufferUploads) return;
   const original = backend.uploadToGPU.bind(backend);
   // The usage tfjs gives every tensor's storage buffer.
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
@@ -78,7 +79,6 @@ export function useWriteBufferUploads(): boolean {
     data.resource = buffer;
   };
   backend.__tahWriteBufferUploads = true;
-  return true;
 }
 
 function asType<T extends Float32Array | Int32Array>(values: ArrayLike<number>, Ctor: { new (v: ArrayLike<number>): T; prototype: T }): T {
