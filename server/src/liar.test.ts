@@ -154,4 +154,42 @@ describe('a lying owner in a real merge', () => {
     }
     expect(fromMerged).toBeGreaterThan(0);
   });
+  it('a merge-ready the coordinator stored but did not answer in time (or took after the miner gave up on it) still commits the round: the replica takes part in the merge and holds the agreed weights', async () => {
+    // Stage 1's honest replicas (stage 2's merge reports are being lost on purpose by the test before). One's
+    // merge-ready is taken at once but answered after the miner's 10 s request timeout; another's is held 11 s before
+    // the coordinator reads it (the miner has given up on it by then). Both are stored, so both are named in merge-go:
+    // a replica that took an unanswered merge-ready for a refusal went back to training in a round the coordinator
+    // holds committed, and missed the merge (or, with merge-go already in, trained in the middle of it, and the steps
+    // it took then were lost from its next round's record: an honest miner failed that audit AUDIT_INCOMPLETE).
+    const replicas = miners.filter((m) => m.registration?.stage === 0);
+    const [late, held] = [replicas[0]!, replicas[2]!].map((m) => m.registration!.minerId);
+    const target = app.coordinator.phases.status()[0]!.round + 2;
+    const isTarget = (event: string, payload: unknown): boolean => event === 'merge-ready' && (payload as { round: number }).round === target;
+    app.coordinator.sockets.get(late!)!.use((packet, next) => {
+      const ack = packet[packet.length - 1];
+      if (isTarget(packet[0], packet[1]) && typeof ack === 'function') packet[packet.length - 1] = (...reply: unknown[]) => setTimeout(() => ack(...reply), 12_000);
+      next();
+    });
+    app.coordinator.sockets.get(held!)!.use((packet, next) => {
+      if (isTarget(packet[0], packet[1])) setTimeout(next, 11_000);
+      else next();
+    });
+    // The round goes through with all three, and each reports the agreed weights.
+    const merged = (m: Miner) => m.merges.find((r) => r.stage === 0 && r.round === target);
+    await expect.poll(() => replicas.every((m) => merged(m)), { timeout: 240_000, interval: 500 }).toBe(true);
+    for (const m of replicas) expect(merged(m), JSON.stringify(m.merges.slice(-3))).toMatchObject({ ok: true, participants: 3 });
+    const closed = async () =>
+      (
+        await app.db.query<{ agreed: string | null; hashes: Record<string, string> | string }>(
+          'SELECT merged_hash AS agreed, merged_hashes AS hashes FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2 AND ended_at IS NOT NULL',
+          [app.coordinator.runId, target],
+        )
+      )[0];
+    // The coordinator closes the round once the reports are in.
+    await expect.poll(closed, { timeout: 60_000, interval: 250 }).toBeDefined();
+    const round = await closed();
+    const hashes = typeof round!.hashes === 'string' ? JSON.parse(round!.hashes) : round!.hashes;
+    expect(round!.agreed).not.toBeNull();
+    expect([hashes[late!], hashes[held!]]).toEqual([round!.agreed, round!.agreed]);
+  });
 });

@@ -632,25 +632,43 @@ export class Miner {
       // Where it began is committed beside its end.
       const start = this.recorder?.begun();
       this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND);
-      await request(this.socket!, 'merge-ready', {
-        v: PROTOCOL_VERSION,
-        stage: m.stage,
-        round: m.round,
-        stateId: this.outer!.stateId(),
-        microbatches: this.sinceMerge,
-        weightsHash,
-        optimizerHash,
-        contributionRoots: prepared.roots,
-        ...(start ? { start } : {}),
-      });
-      // Committed: the record of this round is closed (above), so in-flight forwards belong to it.
-      worker.roundEnded();
-      if (this.merging?.round === m.round) this.merging.committed = true;
+      try {
+        await request(this.socket!, 'merge-ready', {
+          v: PROTOCOL_VERSION,
+          stage: m.stage,
+          round: m.round,
+          stateId: this.outer!.stateId(),
+          microbatches: this.sinceMerge,
+          weightsHash,
+          optimizerHash,
+          contributionRoots: prepared.roots,
+          ...(start ? { start } : {}),
+        });
+      } catch (e) {
+        // Refused by name, and not named a participant meanwhile: nothing was committed, the round goes on.
+        if (e instanceof CoordinatorError && !this.merging?.allReduce) throw e;
+        // Unanswered (slow, or the connection dropped): the coordinator may well have stored the commitment, and
+        // a merge-go naming this miner says it did. The round stays closed as committed (its record may be drawn), and
+        // the merge waits for merge-go (the round's timer or a reconnection ends it), as after an answer.
+        this.o.log?.(`merge ${m.round}: no answer to merge-ready (${(e as Error).message}); the round stays committed`);
+      }
+      this.committed(m.round, worker);
     } catch (e) {
       this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
       this.recorder?.reopen(m.round);
       if (this.merging?.round === m.round) this.endMerge();
     }
+  }
+
+  /**
+   * The round of this merge is committed: a forward from before it belongs to the closed round, so its gradient
+   * takes no step (as after a merge; an audit's replay expects that). Only while the merge is still under way: once
+   * it went through (merged() did the same) or ended, training has resumed in the next round, whose steps count.
+   */
+  private committed(round: number, worker: PipelineWorker): void {
+    if (this.merging?.round !== round || this.merging.merged || this.worker !== worker) return;
+    worker.roundEnded();
+    this.merging.committed = true;
   }
 
   private async onMergeGo(go: MergeGo): Promise<void> {
