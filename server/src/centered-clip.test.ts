@@ -24,7 +24,7 @@ afterAll(async () => {
 });
 
 describe('CenteredClip as the run’s reduction', () => {
-  it('replicas agree on the clipped merge, and the coordinator stores how many contributions each reducer clipped', async () => {
+  it('replicas agree on the clipped merge; the coordinator stores how many contributions each reducer clipped, and whose, and audits a replica both owners of a partition clipped', async () => {
     miners.push(...Array.from({ length: 4 }, () => localMiner(url)));
     for (const m of miners) await m.start();
     expect(miners.map((m) => m.registration!.stage)).toEqual([0, 1, 0, 1]);
@@ -46,5 +46,28 @@ describe('CenteredClip as the run’s reduction', () => {
     const row = (await stored())!;
     expect(row.clipped).toEqual(expected);
     expect(row.mergedHash).toBe(records[0]!.hash);
+
+    // Whose: with two replicas both own every partition, and each names both contributions it clipped.
+    const ids = replicas.map((m) => m.registration!.minerId).sort();
+    const events = await app.db.query<{ miner_id: string; reporter: string; partition: number }>(
+      `SELECT miner_id, reporter, (detail ->> 'partition')::int AS partition FROM merge_events WHERE run_id = $1 AND stage = 0 AND round = $2 AND kind = 'clipped' ORDER BY partition, miner_id, reporter`,
+      [app.coordinator.runId, round],
+    );
+    expect(events.length).toBe(records[0]!.clipped + records[1]!.clipped);
+    for (const e of events) expect(ids).toContain(e.miner_id);
+    const byPair = new Map<string, Set<string>>();
+    for (const e of events) byPair.set(`${e.partition}:${e.miner_id}`, (byPair.get(`${e.partition}:${e.miner_id}`) ?? new Set()).add(e.reporter));
+    expect([...byPair.values()].every((reporters) => [...reporters].sort().join() === ids.join())).toBe(true);
+    // Clipped by both owners: each replica's round is audited whatever the draw (the run's rate is 0.2), and passes.
+    type Audit = { miner_id: string; status: string; reason: string | null };
+    const audits = async (): Promise<Audit[]> =>
+      app.db.query<Audit>('SELECT miner_id, status, reason FROM audits WHERE run_id = $1 AND stage = 0 AND round = $2 ORDER BY miner_id', [app.coordinator.runId, round]);
+    await expect.poll(async () => (await audits()).filter((a) => a.status !== 'open' && a.status !== 'replaying').length, { timeout: 120_000, interval: 500 }).toBe(2).catch(async (e: unknown) => {
+      console.log(`centered-clip: round ${round}: audits ${JSON.stringify(await app.db.query('SELECT round, miner_id, status, reason FROM audits WHERE run_id = $1 ORDER BY round', [app.coordinator.runId]))}, draws ${JSON.stringify(await app.db.query('SELECT stage, round, rate, revealed_at FROM audit_rounds WHERE run_id = $1 ORDER BY stage, round', [app.coordinator.runId]))}`);
+      throw e;
+    });
+    const done = await audits();
+    expect(done.map((a) => a.miner_id)).toEqual(ids);
+    expect(done.filter((a) => a.status !== 'passed' && a.status !== 'skipped'), JSON.stringify(done)).toEqual([]);
   });
 });

@@ -192,4 +192,38 @@ describe('a lying owner in a real merge', () => {
     expect(round!.agreed).not.toBeNull();
     expect([hashes[late!], hashes[held!]]).toEqual([round!.agreed, round!.agreed]);
   });
+
+  it('a replica that sends its merge partners other bytes than the contribution it committed to is refused by both owners and flagged COMMITMENT_MISMATCH; nobody else is', async () => {
+    // It commits honestly with merge-ready (its Merkle roots), then alters every slice it sends: one byte.
+    const altered = (_to: string, bytes: Uint8Array): Uint8Array => {
+      const m = decodeMessage(bytes);
+      if (m.type !== MSG.contribution) return bytes;
+      const values = m.values.slice();
+      values[0] = values[0]! ^ 0x01;
+      return encodeMessage({ ...m, values });
+    };
+    const cheat = newMiner({ tamperAllReduce: altered });
+    await cheat.start();
+    const id = cheat.registration!.minerId;
+    type Flag = { miner_id: string; kind: string; evidence: { stage: number; round: number; partition: number; owners: string[] } | string };
+    const flagged = async (): Promise<Flag[]> => app.db.query<Flag>(`SELECT miner_id, kind, evidence FROM flags WHERE run_id = $1 AND kind = 'COMMITMENT_MISMATCH'`, [app.coordinator.runId]);
+    await expect.poll(async () => (await flagged()).length, { timeout: 240_000, interval: 500 }).toBeGreaterThan(0);
+    const flags = await flagged();
+    expect(flags.map((f) => f.miner_id)).toEqual([id]);
+    // The evidence: both owners of a partition of a round it took part in said so.
+    const evidence = typeof flags[0]!.evidence === 'string' ? JSON.parse(flags[0]!.evidence) : flags[0]!.evidence;
+    expect(evidence.owners).toHaveLength(2);
+    expect(evidence.owners).not.toContain(id);
+    const reports = await app.db.query<{ reporter: string }>(
+      `SELECT reporter FROM merge_events WHERE run_id = $1 AND stage = $2 AND round = $3 AND kind = 'commitment-mismatch' AND miner_id = $4 AND (detail ->> 'partition')::int = $5`,
+      [app.coordinator.runId, evidence.stage, evidence.round, id, evidence.partition],
+    );
+    expect(new Set(reports.map((r) => r.reporter))).toEqual(new Set(evidence.owners));
+    // Only the cheat's slices were ever refused.
+    const refusals = await app.db.query<{ miner_id: string }>(`SELECT DISTINCT miner_id FROM merge_events WHERE run_id = $1 AND kind = 'commitment-mismatch'`, [app.coordinator.runId]);
+    expect(refusals.map((r) => r.miner_id)).toEqual([id]);
+    // Flagged, it is out of the run.
+    const [row] = await app.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [id, app.coordinator.runId]);
+    expect(row!.status).toBe('flagged');
+  });
 });

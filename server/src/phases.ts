@@ -263,7 +263,13 @@ export class PhaseMachine {
     }
     const events = msg.evidence.map((e) => ({ kind: 'dispute', miner: e.liar ?? null, detail: { partition: e.partition, owners: e.owners, hashes: e.hashes } }));
     if (!msg.ok) events.push({ kind: 'failed', miner: minerId, detail: { error: msg.error } as never });
+    const refused = msg.refused ?? [];
+    const sentHash = (r: { partition: number; from: string }): string | null => received.find((x) => x.partition === r.partition && x.from === r.from)?.hash ?? null;
+    for (const r of refused) events.push({ kind: 'commitment-mismatch', miner: r.from, detail: { partition: r.partition, hash: sentHash(r) } as never });
+    // Whose contribution its CenteredClip clipped: both owners of a partition naming one draws its round for an audit (validator/audits.ts).
+    for (const r of msg.clippedFrom ?? []) events.push({ kind: 'clipped', miner: r.from, detail: { partition: r.partition } as never });
     await this.record(msg.stage, round, minerId, events);
+    if (refused.length > 0) await this.commitmentMismatches(msg.stage, round, go, minerId, refused);
     // Meanwhile another report (or the tick's deadline) may have finished this round.
     if (s.go === go && s.merged.size === go.participants.length && !s.busy) {
       s.busy = true;
@@ -272,6 +278,32 @@ export class PhaseMachine {
       } finally {
         s.busy = false;
       }
+    }
+  }
+
+  /**
+   * An owner refused slices whose proof did not lead to their sender's committed root. One owner's word names
+   * nobody (it could be lying); both owners of a partition refusing the same sender's slice is the sender's doing:
+   * it sent bytes it had not committed to with merge-ready (the Merkle roots), so it is flagged COMMITMENT_MISMATCH.
+   */
+  private async commitmentMismatches(stage: number, round: number, go: MergeGo, reporter: string, refused: Array<{ partition: number; from: string }>): Promise<void> {
+    const map = partitionMap({ peers: go.participants, length: go.participants.length, seed: go.seed });
+    for (const r of refused) {
+      const coOwner = map[r.partition]!.owners.find((o) => o !== reporter);
+      if (!coOwner || coOwner === r.from) continue;
+      const reports = await this.c.db.query<{ reporter: string; hash: string | null }>(
+        `SELECT reporter, detail ->> 'hash' AS hash FROM merge_events
+         WHERE run_id = $1 AND stage = $2 AND round = $3 AND kind = 'commitment-mismatch' AND miner_id = $4 AND (detail ->> 'partition')::int = $5 AND reporter = ANY($6::text[])`,
+        [this.c.runId, stage, round, r.from, r.partition, [reporter, coOwner]],
+      );
+      if (new Set(reports.map((x) => x.reporter)).size < 2) continue;
+      await this.c.flags.raise(r.from, 'COMMITMENT_MISMATCH', `both owners of partition ${r.partition} of stage ${stage + 1}'s merge round ${round} refused its slice: not the contribution it committed to with merge-ready`, {
+        stage,
+        round,
+        partition: r.partition,
+        owners: [reporter, coOwner],
+        hashes: reports.map((x) => x.hash),
+      });
     }
   }
 
@@ -333,16 +365,18 @@ export class PhaseMachine {
 export function checkMergeReport(go: MergeGo, msg: ClientMessage<'merged'>, reporter = ''): void {
   const n = go.participants.length;
   if (msg.clipped > 2 * n) throw new ProtocolError('OUT_OF_BOUNDS', `clipped ${msg.clipped}: a replica of a ${n}-replica round reduces at most ${2 * n} contributions`);
-  const received = msg.received ?? [];
-  if (received.length > 0) {
-    // Slices received name partitions the reporter owns, from participants, each once.
+  // Slices received and contributions clipped (its own among them), and slices refused (another's), name partitions
+  // the reporter owns, from participants, each once; no more clipped than it counted.
+  if ((msg.clippedFrom?.length ?? 0) > msg.clipped) throw new ProtocolError('OUT_OF_BOUNDS', `${msg.clippedFrom!.length} clipped contributions named, ${msg.clipped} counted`);
+  for (const [slices, own] of [[msg.received ?? [], true], [msg.clippedFrom ?? [], true], [msg.refused ?? [], false]] as const) {
+    if (slices.length === 0) continue;
     if (n < 2) throw new ProtocolError('OUT_OF_BOUNDS', 'a round of one has no partitions');
     const owned = partitionMap({ peers: go.participants, length: n, seed: go.seed });
     const pairs = new Set<string>();
-    for (const r of received) {
+    for (const r of slices) {
       const p = owned[r.partition];
       if (!p || !p.owners.includes(reporter)) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${r.partition} is not the reporter's to receive`);
-      if (!go.participants.includes(r.from)) throw new ProtocolError('OUT_OF_BOUNDS', `${r.from.slice(0, 8)}… is not a participant of the round`);
+      if (!go.participants.includes(r.from) || (!own && r.from === reporter)) throw new ProtocolError('OUT_OF_BOUNDS', `${r.from.slice(0, 8)}… is not ${own ? 'a' : 'another'} participant of the round`);
       const key = `${r.partition}:${r.from}`;
       if (pairs.has(key)) throw new ProtocolError('OUT_OF_BOUNDS', `partition ${r.partition} from ${r.from.slice(0, 8)}… named twice`);
       pairs.add(key);

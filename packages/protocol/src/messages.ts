@@ -179,6 +179,14 @@ export const ClientEvents = {
           { maxItems: 256 },
         ),
       ),
+      /** As an owner: the contributions CenteredClip clipped in the partitions it reduced (its own among them, maybe), by sender. */
+      clippedFrom: Type.Optional(
+        Type.Array(Type.Object({ partition: Type.Integer({ minimum: 0, maximum: 65535 }), from: MinerId }, { additionalProperties: false }), { maxItems: 256 }),
+      ),
+      /** As an owner: the slices it refused because their Merkle proof did not lead to the sender's committed root (COMMITMENT_MISMATCH). */
+      refused: Type.Optional(
+        Type.Array(Type.Object({ partition: Type.Integer({ minimum: 0, maximum: 65535 }), from: MinerId }, { additionalProperties: false }), { maxItems: 256 }),
+      ),
     },
     { additionalProperties: false },
   ),

@@ -716,6 +716,8 @@ export class Miner {
         clipped: outcome.clipped,
         evidence: outcome.evidence.slice(0, 256).map((e) => ({ partition: e.partition, owners: e.owners, hashes: e.hashes, ...(e.liar ? { liar: e.liar } : {}) })),
         ...(detail ? { received: detail.received.slice(0, 256) } : {}),
+        ...(detail?.refused.length ? { refused: detail.refused.slice(0, 256) } : {}),
+        ...(detail?.clippedFrom.length ? { clippedFrom: detail.clippedFrom.slice(0, 256) } : {}),
       });
       if (outcome.ok && go.uploader === registration.minerId) await this.upload(registration, go.round, weights);
     } catch (e) {

@@ -389,4 +389,15 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE round_commitments ADD COLUMN start_round integer, ADD COLUMN start_hash text;
     `,
   },
+  {
+    version: 15,
+    name: 'slices refused, and contributions clipped, named by their owners',
+    sql: `
+      -- An owner refused a sender's slice: its proof did not lead to the root the sender committed with merge-ready.
+      -- Both owners of the partition saying so flags the sender (COMMITMENT_MISMATCH).
+      -- An owner's CenteredClip clipped a sender's contribution: both owners saying so draws the sender's round for an audit.
+      ALTER TABLE merge_events DROP CONSTRAINT merge_events_kind_check;
+      ALTER TABLE merge_events ADD CONSTRAINT merge_events_kind_check CHECK (kind IN ('dispute', 'hash-mismatch', 'missed', 'failed', 'commitment-mismatch', 'clipped'));
+    `,
+  },
 ];

@@ -91,15 +91,24 @@ describe('what a registered miner can write, and what a list returns', () => {
     expect(await emitWithAck(a0!.socket, 'merged', { ...base, clipped: 0, evidence: madeUp.map(({ liar: _l, ...e }) => e) })).toMatchObject({ ok: false, error: { code: 'OUT_OF_BOUNDS' } });
     expect(await emitWithAck(a0!.socket, 'merged', { ...base, clipped: 2147483648, evidence: [] })).toMatchObject({ ok: false, error: { code: 'OUT_OF_BOUNDS' } });
     expect(await emitWithAck(a0!.socket, 'merged', { ...base, clipped: 5, evidence: [] })).toMatchObject({ ok: false, error: { code: 'OUT_OF_BOUNDS' } });
+    // Refused slices name another participant, on a partition the reporter owns, each once.
+    // (From its partner: each refusal counts toward a connection's limit of bad messages.)
+    for (const refused of [[{ partition: 0, from: a1!.reg.minerId }], [{ partition: 0, from: hex(32) }], [{ partition: 2, from: a0!.reg.minerId }], [0, 0].map(() => ({ partition: 1, from: a0!.reg.minerId }))]) {
+      expect(await emitWithAck(a1!.socket, 'merged', { ...base, clipped: 0, evidence: [], refused })).toMatchObject({ ok: false, error: { code: 'OUT_OF_BOUNDS' } });
+    }
+    // Clipped contributions named: no more than it counted.
+    expect(await emitWithAck(a1!.socket, 'merged', { ...base, clipped: 0, evidence: [], clippedFrom: [{ partition: 0, from: a0!.reg.minerId }] })).toMatchObject({ ok: false, error: { code: 'OUT_OF_BOUNDS' } });
     expect(await count(run, 'merge_events')).toBe(0);
-    // The replica's true report is still taken (the refusals changed nothing), and so is its partner's.
-    expect(await emitWithAck(a0!.socket, 'merged', { ...base, clipped: 4, evidence: [] })).toEqual({ ok: true });
+    // The replica's true report is still taken (the refusals changed nothing), and so is its partner's. It says it
+    // refused its partner's slice: one owner's word, recorded, flags nobody.
+    expect(await emitWithAck(a0!.socket, 'merged', { ...base, clipped: 4, evidence: [], refused: [{ partition: 1, from: a1!.reg.minerId }] })).toEqual({ ok: true });
     expect(await emitWithAck(a1!.socket, 'merged', { ...base, clipped: 0, evidence: [] })).toEqual({ ok: true });
     await expect.poll(async () => (await run.db.query<{ clipped: Record<string, number> | null }>('SELECT clipped FROM epochs WHERE stage = 0 AND epoch = $1', [go.round]))[0]?.clipped).toEqual({
       [a0!.reg.minerId]: 4,
       [a1!.reg.minerId]: 0,
     });
-    expect(await count(run, 'merge_events')).toBe(0);
+    expect(await run.db.query('SELECT kind, miner_id, reporter FROM merge_events')).toEqual([{ kind: 'commitment-mismatch', miner_id: a1!.reg.minerId, reporter: a0!.reg.minerId }]);
+    expect(await count(run, 'flags')).toBe(0);
   }, 60_000);
 
   it('pages every list: metrics, merges and checkpoints, each row once, with a cursor', async () => {

@@ -76,7 +76,7 @@ export interface AuditJob {
  * skipped, never failed.
  */
 export class Auditor {
-  readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0 };
+  readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0, clippedDrawn: 0 };
   private busy = false;
   /** When each open audit was last sent to its miner (a request sent while its socket was down is sent again). */
   private readonly sentAt = new Map<string, number>();
@@ -125,7 +125,16 @@ export class Auditor {
     // No commitment made before the round (it began before this process did): nothing is drawn.
     if (!draw) return;
     const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
-    const chosen = committed.map((r) => r.miner_id).filter((id) => participants.includes(id) && isAudited(draw.secret, stage, round, id, draw.rate));
+    // And, whatever the draw, each replica whose contribution both owners of a partition clipped (CenteredClip: farther from
+    // its stage peers' than the radius): evidence anyone can read in the round's merge events, so it is audited for sure.
+    const clipped = await this.c.db.query<{ miner_id: string }>(
+      `SELECT DISTINCT miner_id FROM (SELECT miner_id FROM merge_events WHERE run_id = $1 AND stage = $2 AND round = $3 AND kind = 'clipped' AND miner_id IS NOT NULL
+       GROUP BY miner_id, detail ->> 'partition' HAVING count(DISTINCT reporter) >= 2) pairs`,
+      [this.c.runId, stage, round],
+    );
+    const outliers = new Set(clipped.map((r) => r.miner_id));
+    const chosen = committed.map((r) => r.miner_id).filter((id) => participants.includes(id) && (outliers.has(id) || isAudited(draw.secret, stage, round, id, draw.rate)));
+    this.stats.clippedDrawn += chosen.filter((id) => outliers.has(id) && !isAudited(draw.secret, stage, round, id, draw.rate)).length;
     const timeoutMs = this.c.run.incentives.auditTimeoutMs ?? 30_000;
     for (const minerId of chosen) {
       const [miner] = await this.c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, this.c.runId]);

@@ -10,7 +10,8 @@ export type FlagKind =
   | 'PROBE_UNANSWERED' // it did not upload the payloads the validator asked for
   | 'FORGED_RECEIPTS' // it confirmed transfers of microbatches that never existed
   | 'AUDIT_FAILED' // a whole round of its, drawn for an audit, did not replay to what it sent and committed (validator/audits.ts)
-  | 'AUDIT_UNANSWERED'; // it did not upload the record of a round drawn for an audit
+  | 'AUDIT_UNANSWERED' // it did not upload the record of a round drawn for an audit
+  | 'COMMITMENT_MISMATCH'; // both owners of a partition refused its slice: not the contribution it committed to with merge-ready
 
 /** Receipts for microbatches that never existed a miner may send before it is flagged (a restart's races stay below). */
 export const MAX_FORGED_RECEIPTS = 3;

@@ -158,8 +158,11 @@ describe('butterfly all-reduce', () => {
     const results = await runAll(net, peers, s, local);
     const honest = meanOf(local, s.weights, peers.slice(0, 4), 0, 1_000);
     const clipped = [...results.values()].reduce((n, r) => n + r.clipped, 0);
-    // Each of the 5 partitions is reduced by 2 owners, each of which clips the outlier.
+    // Each of the 5 partitions is reduced by 2 owners, each of which clips the outlier, and names it.
     expect(clipped).toBe(10);
+    const named = [...results.values()].flatMap((r) => r.clippedFrom);
+    expect(named.map((c) => c.from)).toEqual(Array(10).fill('peer-4'));
+    expect(new Set(named.map((c) => c.partition))).toEqual(new Set([0, 1, 2, 3, 4]));
     for (const r of results.values()) {
       expect(r.values).toEqual(results.get('peer-0')!.values);
       expect(maxDiff(r.values, honest)).toBeLessThan(0.02);
@@ -178,6 +181,7 @@ describe('butterfly all-reduce', () => {
       const results = await runAll(new MemoryNetwork(), peers, s, local);
       // Each of the 5 partitions is reduced by 2 owners, each of which clips the poisoned one and no other.
       expect([...results.values()].reduce((n, r) => n + r.clipped, 0)).toBe(10);
+      expect(new Set([...results.values()].flatMap((r) => r.clippedFrom.map((c) => c.from)))).toEqual(new Set(['peer-4']));
       const honest = meanOf(local, s.weights, peers.slice(0, 4), 0, 1_000);
       const plain = meanOf(local, s.weights, peers, 0, 1_000);
       for (const r of results.values()) {

@@ -171,6 +171,8 @@ export interface RoundResult {
   contributors: string[];
   /** Contributions CenteredClip clipped, over the partitions this peer reduced. */
   clipped: number;
+  /** Which: each partition this peer reduced, and the sender of each contribution clipped there. */
+  clippedFrom: Array<{ partition: number; from: string }>;
   evidence: Evidence[];
   /**
    * What this peer, as an owner, received from each sender: the SHA-256 of the
@@ -223,6 +225,7 @@ class Round {
   private readonly auditContributions = new Map<number, Map<number, { values: Float32Array; weight: number }>>();
   private readonly verdicts = new Map<number, number>();
   private readonly refused: Array<{ partition: number; from: string }> = [];
+  private readonly clippedFrom: Array<{ partition: number; from: string }> = [];
   private readonly waiters = new Set<() => void>();
   bytesSent = 0;
   bytesReceived = 0;
@@ -335,7 +338,7 @@ class Round {
     const live = [...contributors].map((i) => this.peers[i]!);
     if (live.length < (this.spec.minPeers ?? 2)) throw new AllReduceError('TOO_FEW_PEERS', `only ${live.length} contributor(s) reached the owners in time`);
     const received = owned.flatMap((p) => [...this.receivedHashes.get(p.index)!].map(([i, hash]) => ({ partition: p.index, from: this.peers[i]!, hash })));
-    return { values: out, sources, contributors: live.sort(), clipped, evidence, received, refused: this.refused, bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, ms: performance.now() - this.t0 };
+    return { values: out, sources, contributors: live.sort(), clipped, clippedFrom: this.clippedFrom, evidence, received, refused: this.refused, bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, ms: performance.now() - this.t0 };
   }
 
   private async reduceAsOwner(p: Partition): Promise<number> {
@@ -351,10 +354,11 @@ class Round {
     const indices = theirs ? mine.filter((i) => theirs.includes(i)) : mine;
     // The two owners share no contribution (each heard only from itself, say): nothing to reduce, no result to send.
     if (indices.length === 0) return 0;
-    const { values, clipped } = reduceContributions(
+    const { values, clipped, clippedAt } = reduceContributions(
       indices.map((i) => received.get(i)!),
       this.spec.reduction,
     );
+    for (const at of clippedAt) this.clippedFrom.push({ partition: p.index, from: this.peers[indices[at]!]! });
     const raw = encodeValues(values, this.spec.precision);
     this.candidates.get(p.index)!.set(this.selfId, { indices, raw, values: decodeValues(raw, p.end - p.start, this.spec.precision) });
     const msg = this.message(MSG.result, p.index, { indices, values: raw });

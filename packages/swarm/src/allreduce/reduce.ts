@@ -15,9 +15,9 @@ export interface Contribution {
  * Reduces one partition's contributions, given in a fixed order (every owner
  * uses the participants' sorted order), accumulating in float64 so two owners
  * with the same inputs produce the same bits. Returns the reduced values and
- * how many contributions CenteredClip clipped.
+ * how many contributions CenteredClip clipped, and which (their positions in `contributions`).
  */
-export function reduceContributions(contributions: Contribution[], reduction: Reduction): { values: Float32Array; clipped: number } {
+export function reduceContributions(contributions: Contribution[], reduction: Reduction): { values: Float32Array; clipped: number; clippedAt: number[] } {
   if (contributions.length === 0) throw new RangeError('no contributions to reduce');
   const n = contributions[0]!.values.length;
   // Work weights that are all zero (none of them verified yet) weigh everyone equally: 0/0 made every value NaN.
@@ -29,7 +29,7 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
     const w = c.weight / totalWeight;
     for (let i = 0; i < n; i++) mean[i]! += w * c.values[i]!;
   }
-  if (reduction.kind === 'mean') return { values: Float32Array.from(mean), clipped: 0 };
+  if (reduction.kind === 'mean') return { values: Float32Array.from(mean), clipped: 0, clippedAt: [] };
   // CenteredClip (Karimireddy et al.; BTARD): v ← v + Σ wᵢ·min(1, τ/‖xᵢ − v‖)·(xᵢ − v) / Σ wᵢ,
   // started from the coordinate-wise median so an outlier far away costs no iterations.
   const v = new Float64Array(n);
@@ -69,8 +69,8 @@ export function reduceContributions(contributions: Contribution[], reduction: Re
     }
     if (Math.sqrt(moved) < 1e-9 * Math.max(1, tau)) break;
   }
-  const clipped = contributions.filter((c) => distance(c.values) > tau).length;
-  return { values: Float32Array.from(v), clipped };
+  const clippedAt = contributions.flatMap((c, i) => (distance(c.values) > tau ? [i] : []));
+  return { values: Float32Array.from(v), clipped: clippedAt.length, clippedAt };
 }
 
 function median(xs: number[]): number {
