@@ -24,7 +24,7 @@ afterAll(async () => {
 });
 
 describe('CenteredClip as the run’s reduction', () => {
-  it('replicas agree on the clipped merge; the coordinator stores how many contributions each reducer clipped, and whose, and audits a replica both owners of a partition clipped', async () => {
+  it('replicas agree on the clipped merge; the coordinator stores how many contributions each reducer clipped, and whose, and audits a replica both owners of every partition clipped', async () => {
     miners.push(...Array.from({ length: 4 }, () => localMiner(url)));
     for (const m of miners) await m.start();
     expect(miners.map((m) => m.registration!.stage)).toEqual([0, 1, 0, 1]);
@@ -58,7 +58,7 @@ describe('CenteredClip as the run’s reduction', () => {
     const byPair = new Map<string, Set<string>>();
     for (const e of events) byPair.set(`${e.partition}:${e.miner_id}`, (byPair.get(`${e.partition}:${e.miner_id}`) ?? new Set()).add(e.reporter));
     expect([...byPair.values()].every((reporters) => [...reporters].sort().join() === ids.join())).toBe(true);
-    // Clipped by both owners: each replica's round is audited whatever the draw (the run's rate is 0.2), and passes.
+    // Clipped by both owners of every partition: each replica's round is audited whatever the draw (the run's rate is 0.2), and passes.
     type Audit = { miner_id: string; status: string; reason: string | null };
     const audits = async (): Promise<Audit[]> =>
       app.db.query<Audit>('SELECT miner_id, status, reason FROM audits WHERE run_id = $1 AND stage = 0 AND round = $2 ORDER BY miner_id', [app.coordinator.runId, round]);

@@ -168,10 +168,23 @@ export class PhaseMachine {
     s.ready.set(minerId, { stateId: msg.stateId, microbatches: msg.microbatches, roots: msg.contributionRoots });
     // The round's end and its contribution, committed: an audit of it replays to these (validator/audits.ts).
     await this.c.db.query(
-      `INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash)
-       VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz, $8, $9, $10, $11)
+      `INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash, start_optimizer)
+       VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz, $8, $9, $10, $11, $12)
        ON CONFLICT (run_id, stage, round, miner_id) DO NOTHING`,
-      [this.c.runId, msg.stage, msg.round, minerId, msg.weightsHash, msg.optimizerHash, arrived, msg.contributionRoots.outer, msg.contributionRoots.average, msg.start?.round ?? null, msg.start?.hash ?? null],
+      [
+        this.c.runId,
+        msg.stage,
+        msg.round,
+        minerId,
+        msg.weightsHash,
+        msg.optimizerHash,
+        arrived,
+        msg.contributionRoots.outer,
+        msg.contributionRoots.average,
+        msg.start?.round ?? null,
+        msg.start?.hash ?? null,
+        msg.start?.optimizerHash ?? null,
+      ],
     );
     if (s.ready.size === s.members.length && !s.busy) {
       s.busy = true;

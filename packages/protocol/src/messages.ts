@@ -141,11 +141,14 @@ export const ClientEvents = {
        */
       contributionRoots: Type.Object({ outer: Sha256Hex, average: Sha256Hex }, { additionalProperties: false }),
       /**
-       * Where the round began: the merge round whose weights it started from (0: the run's initial weights) and
-       * their content hash. An audit's record must start there; and when the replica's report of that merge never
-       * arrived, this commitment (made before the draw) is what the audit replays from.
+       * Where the round began: the merge round whose weights it started from (0: the run's initial weights), their
+       * content hash and its optimizer state's. An audit's record must start there; and when the replica's report of
+       * that merge never arrived, or the coordinator holds no commitment of its for that round (a merge-ready it
+       * never took), this commitment (made before the draw) is what the audit replays from.
        */
-      start: Type.Optional(Type.Object({ round: Type.Integer({ minimum: 0, maximum: INT4_MAX }), hash: Sha256Hex }, { additionalProperties: false })),
+      start: Type.Optional(
+        Type.Object({ round: Type.Integer({ minimum: 0, maximum: INT4_MAX }), hash: Sha256Hex, optimizerHash: Type.Optional(Sha256Hex) }, { additionalProperties: false }),
+      ),
     },
     { additionalProperties: false },
   ),

@@ -142,7 +142,7 @@ export class Miner {
   readonly audits = { answered: 0, missing: 0 };
   private readonly auditing = new Set<string>();
   /** The merge this miner is paused for, if any: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
-  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean };
+  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   private stageMap: string[][] = [];
@@ -622,6 +622,10 @@ export class Miner {
       await nextTurn(); // a gpu stage's hashes take seconds: heartbeats go out between them
       const optimizerHash = contentHash(endState);
       await nextTurn();
+      // Where the round began (committed beside its end): the weights and the optimizer state of its record's start.
+      const begun = this.recorder?.begun();
+      const start = begun ? { round: begun.round, hash: begun.hash, optimizerHash: contentHash(begun.optimizer) } : undefined;
+      await nextTurn();
       // And what it will contribute to the merge, in either mode: owners take only slices these roots prove.
       const prepared = await prepareContribution(this.model!, this.outer!, layout.merge.precision, this.o.misbehave?.contribution);
       if (this.merging?.round !== m.round || this.worker !== worker) return;
@@ -630,7 +634,6 @@ export class Miner {
       // starts the next from the merged weights, else it goes on from this committed end state.
       // On a backend whose replay is not bit-exact, the record keeps that end state too (an audit compares within a tolerance).
       // Where it began is committed beside its end.
-      const start = this.recorder?.begun();
       this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND);
       try {
         await request(this.socket!, 'merge-ready', {
@@ -647,10 +650,14 @@ export class Miner {
       } catch (e) {
         // Refused by name, and not named a participant meanwhile: nothing was committed, the round goes on.
         if (e instanceof CoordinatorError && !this.merging?.allReduce) throw e;
-        // Unanswered (slow, or the connection dropped): the coordinator may well have stored the commitment, and
-        // a merge-go naming this miner says it did. The round stays closed as committed (its record may be drawn), and
-        // the merge waits for merge-go (the round's timer or a reconnection ends it), as after an answer.
-        this.o.log?.(`merge ${m.round}: no answer to merge-ready (${(e as Error).message}); the round stays committed`);
+        if (this.merging?.round === m.round && !this.merging.allReduce) {
+          // Unanswered (slow, or the connection dropped): it may have been stored or not. merge-go says which (its
+          // participants are exactly the replicas whose merge-ready was stored): named, the round is committed and the
+          // merge goes on; not named (or no merge-go at all), the round goes on as after a refusal (onMergeGo, endMerge).
+          this.merging.unanswered = true;
+          this.o.log?.(`merge ${m.round}: no answer to merge-ready (${(e as Error).message}); merge-go will say whether it was taken`);
+          return;
+        }
       }
       this.committed(m.round, worker);
     } catch (e) {
@@ -678,6 +685,11 @@ export class Miner {
     if (!Array.isArray(go.participants) || !go.participants.includes(registration.minerId) || !prepared) {
       this.endMerge(); // answered too late for this round: keep training, the work counts next time
       return;
+    }
+    if (this.merging.unanswered) {
+      // Its unanswered merge-ready was stored after all: the round is committed.
+      this.merging.unanswered = false;
+      if (this.worker) this.committed(go.round, this.worker);
     }
     // The all-reduce is bounded by the round's own timeouts (roundMs): training must not resume in the middle of
     // it (steps taken then would be overwritten by the merged weights, and would end up in the audited round's record).
@@ -730,6 +742,8 @@ export class Miner {
   private endMerge(): void {
     if (!this.merging) return;
     clearTimeout(this.merging.timer);
+    // Its merge-ready went unanswered and no merge-go named it: not stored, so the round goes on as after a refusal.
+    if (this.merging.unanswered) this.recorder?.reopen(this.merging.round);
     // A committed round whose merge did not go through here (failed, missed, never came): the next round goes on from
     // that committed end state (its audit record starts there), so its contribution to the next merge is counted from
     // there too, as after a merge that averaged weights: the end state becomes the outer anchor and the momentum restarts.

@@ -391,13 +391,16 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
   },
   {
     version: 15,
-    name: 'slices refused, and contributions clipped, named by their owners',
+    name: 'slices refused, and contributions clipped, named by their owners; the optimizer state a round began with',
     sql: `
       -- An owner refused a sender's slice: its proof did not lead to the root the sender committed with merge-ready.
       -- Both owners of the partition saying so flags the sender (COMMITMENT_MISMATCH).
       -- An owner's CenteredClip clipped a sender's contribution: both owners saying so draws the sender's round for an audit.
       ALTER TABLE merge_events DROP CONSTRAINT merge_events_kind_check;
       ALTER TABLE merge_events ADD CONSTRAINT merge_events_kind_check CHECK (kind IN ('dispute', 'hash-mismatch', 'missed', 'failed', 'commitment-mismatch', 'clipped'));
+      -- The optimizer state's hash a replica's round started from, sent with merge-ready beside its weights': what an
+      -- audit replays from when the coordinator holds no commitment of that replica for the round it started from.
+      ALTER TABLE round_commitments ADD COLUMN start_optimizer text;
     `,
   },
 ];

@@ -125,11 +125,13 @@ export class Auditor {
     // No commitment made before the round (it began before this process did): nothing is drawn.
     if (!draw) return;
     const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
-    // And, whatever the draw, each replica whose contribution both owners of a partition clipped (CenteredClip: farther from
-    // its stage peers' than the radius): evidence anyone can read in the round's merge events, so it is audited for sure.
+    // And, whatever the draw, each replica whose contribution both owners of every partition clipped (CenteredClip: farther
+    // from its stage peers' than the radius, all along its vector, as a scaled or random one is; an honest one is clipped
+    // here and there, in a partition or two): evidence anyone can read in the round's merge events, so it is audited for sure.
     const clipped = await this.c.db.query<{ miner_id: string }>(
-      `SELECT DISTINCT miner_id FROM (SELECT miner_id FROM merge_events WHERE run_id = $1 AND stage = $2 AND round = $3 AND kind = 'clipped' AND miner_id IS NOT NULL
-       GROUP BY miner_id, detail ->> 'partition' HAVING count(DISTINCT reporter) >= 2) pairs`,
+      `SELECT miner_id FROM (SELECT miner_id FROM merge_events WHERE run_id = $1 AND stage = $2 AND round = $3 AND kind = 'clipped' AND miner_id IS NOT NULL
+         GROUP BY miner_id, detail ->> 'partition' HAVING count(DISTINCT reporter) >= 2) pairs
+       GROUP BY miner_id HAVING count(*) >= (SELECT jsonb_array_length(participants) FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3)`,
       [this.c.runId, stage, round],
     );
     const outliers = new Set(clipped.map((r) => r.miner_id));
@@ -198,8 +200,8 @@ export class Auditor {
 
   private async replay(auditId: string, stage: number, round: number, minerId: string, record: RoundRecord, bytes: Uint8Array): Promise<void> {
     const c = this.c;
-    const [end] = await c.db.query<{ weights_hash: string; optimizer_hash: string; ready_at: Date; outer_root: string | null; average_root: string | null; start_round: number | null; start_hash: string | null }>(
-      'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
+    const [end] = await c.db.query<{ weights_hash: string; optimizer_hash: string; ready_at: Date; outer_root: string | null; average_root: string | null; start_round: number | null; start_hash: string | null; start_optimizer: string | null }>(
+      'SELECT weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash, start_optimizer FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4',
       [c.runId, stage, round, minerId],
     );
     // Computed on another backend than this validator's: replayed within that backend's measured spread (REPLAY_TOLERANCE, swarm/audit/replay.ts).
@@ -294,7 +296,10 @@ export class Auditor {
         : {}),
       record: bytes,
       ...(startWeights ? { startWeights } : {}),
-      startStateHash: start?.optimizer_hash ?? null,
+      // The optimizer state it committed with the merge-ready of the round it started from; without one (a merge-ready
+      // the coordinator never took, its round kept closed by the miner), the one it committed it started from, with
+      // this round's merge-ready (before the draw); neither (a stage taken up afresh): a fresh one.
+      startStateHash: start?.optimizer_hash ?? end?.start_optimizer ?? null,
       endWeightsHash: end?.weights_hash ?? '',
       endStateHash: end?.optimizer_hash ?? '',
       transfers: transfers.map((t) => ({ direction: t.direction, activationId: t.activation_id, from: t.from_miner, to: t.to_miner, payloadHash: t.payload_hash, reporter: t.reporter, inRound: t.in_round })),

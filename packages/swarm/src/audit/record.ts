@@ -224,8 +224,8 @@ export class RoundRecorder {
   }
 
   /** Where the round in progress began: the merge round of its start weights, and their hash (committed with merge-ready, beside its end). */
-  begun(): { round: number; hash: string } | undefined {
-    return this.current ? { round: this.current.anchorRound, hash: this.current.anchorHash } : undefined;
+  begun(): { round: number; hash: string; optimizer: Uint8Array } | undefined {
+    return this.current ? { round: this.current.anchorRound, hash: this.current.anchorHash, optimizer: this.current.optimizer } : undefined;
   }
 
   /** The round in progress ended with `merge-ready` for this merge round (it goes on if the merge then does not happen for this miner). */
