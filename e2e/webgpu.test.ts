@@ -82,7 +82,9 @@ describe('a tab on WebGPU', () => {
     await gpuTab.evaluate('window.trainAtHome.loseDevice()');
     await expect.poll(async () => (await tabView(gpuTab)).backend, { timeout: 120_000, interval: 1000 }).toBe('wasm');
     expect(await gpuTab.locator('.log').textContent()).toMatch(/GPU device lost/);
-    await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 120_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
+    // Back on WASM it registers again, loads its stage's checkpoint and trains: on a loaded 2-core CI machine (after the
+    // audits' replays) 2 microbatches in 120 s were seen, so it is given 240 s for 3.
+    await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 240_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
   });
 });
 
