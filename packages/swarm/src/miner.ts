@@ -142,7 +142,7 @@ export class Miner {
   readonly audits = { answered: 0, missing: 0 };
   private readonly auditing = new Set<string>();
   /** The merge this miner is paused for, if any: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
-  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean };
+  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean; optimizerHash?: string };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   private stageMap: string[][] = [];
@@ -623,18 +623,17 @@ export class Miner {
       const optimizerHash = contentHash(endState);
       await nextTurn();
       // Where the round began (committed beside its end): the weights and the optimizer state of its record's start.
-      const begun = this.recorder?.begun();
-      const start = begun ? { round: begun.round, hash: begun.hash, optimizerHash: contentHash(begun.optimizer) } : undefined;
-      await nextTurn();
+      const start = this.recorder?.begun();
       // And what it will contribute to the merge, in either mode: owners take only slices these roots prove.
       const prepared = await prepareContribution(this.model!, this.outer!, layout.merge.precision, this.o.misbehave?.contribution);
       if (this.merging?.round !== m.round || this.worker !== worker) return;
       this.merging.prepared = prepared;
+      this.merging.optimizerHash = optimizerHash;
       // The round's record is kept from here, whatever the merge does (an audit may draw it); a merge that goes through
       // starts the next from the merged weights, else it goes on from this committed end state.
       // On a backend whose replay is not bit-exact, the record keeps that end state too (an audit compares within a tolerance).
       // Where it began is committed beside its end.
-      this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND);
+      this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND, optimizerHash);
       try {
         await request(this.socket!, 'merge-ready', {
           v: PROTOCOL_VERSION,
@@ -705,7 +704,8 @@ export class Miner {
         this.worker?.merged();
         // The round is over; the next starts from the merged weights and the optimizer state committed with merge-ready.
         this.recorder?.finish();
-        if (this.worker) this.recorder?.start(go.round, outcome.hash, await this.worker.compute.exportState(), outcome.weights);
+        // (A merge moves weights, not the optimizer state: it is the one committed with merge-ready.)
+        if (this.worker) this.recorder?.start(go.round, outcome.hash, await this.worker.compute.exportState(), outcome.weights, this.merging?.optimizerHash);
       }
       const { round: detail, weights, ...summary } = outcome;
       if (outcome.ok) this.lastMerged = { stage: go.stage, round: go.round, hash: outcome.hash, weights };

@@ -314,12 +314,8 @@ class Round {
         else this.post(owner, this.message(MSG.contribution, p.index, { weight: this.weightOf(this.me), values: raw }));
       }
     }
-    let clipped = 0;
     const owned = this.map.filter((p) => p.owners.includes(this.selfId));
-    const ownerWork = owned.map(async (p) => {
-      const c = await this.reduceAsOwner(p);
-      clipped += c;
-    });
+    const ownerWork = owned.map((p) => this.reduceAsOwner(p));
     const out = Float32Array.from(this.local);
     const sources: Record<PartitionSource, number> = { agreed: 0, 'one-owner': 0, audited: 0, own: 0, local: 0 };
     const evidence: Evidence[] = [];
@@ -338,10 +334,10 @@ class Round {
     const live = [...contributors].map((i) => this.peers[i]!);
     if (live.length < (this.spec.minPeers ?? 2)) throw new AllReduceError('TOO_FEW_PEERS', `only ${live.length} contributor(s) reached the owners in time`);
     const received = owned.flatMap((p) => [...this.receivedHashes.get(p.index)!].map(([i, hash]) => ({ partition: p.index, from: this.peers[i]!, hash })));
-    return { values: out, sources, contributors: live.sort(), clipped, clippedFrom: this.clippedFrom, evidence, received, refused: this.refused, bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, ms: performance.now() - this.t0 };
+    return { values: out, sources, contributors: live.sort(), clipped: this.clippedFrom.length, clippedFrom: this.clippedFrom, evidence, received, refused: this.refused, bytesSent: this.bytesSent, bytesReceived: this.bytesReceived, ms: performance.now() - this.t0 };
   }
 
-  private async reduceAsOwner(p: Partition): Promise<number> {
+  private async reduceAsOwner(p: Partition): Promise<void> {
     const received = this.contributions.get(p.index)!;
     await this.until(() => received.size === this.peers.length, this.t0 + this.t.senderMs);
     const mine = [...received.keys()].sort((a, b) => a - b);
@@ -353,8 +349,8 @@ class Round {
     const theirs = this.coSets.get(p.index);
     const indices = theirs ? mine.filter((i) => theirs.includes(i)) : mine;
     // The two owners share no contribution (each heard only from itself, say): nothing to reduce, no result to send.
-    if (indices.length === 0) return 0;
-    const { values, clipped, clippedAt } = reduceContributions(
+    if (indices.length === 0) return;
+    const { values, clippedAt } = reduceContributions(
       indices.map((i) => received.get(i)!),
       this.spec.reduction,
     );
@@ -364,7 +360,6 @@ class Round {
     const msg = this.message(MSG.result, p.index, { indices, values: raw });
     for (const peer of this.peers) if (peer !== this.selfId) this.post(peer, msg);
     this.poke();
-    return clipped;
   }
 
   private async decide(p: Partition, evidence: Evidence[]): Promise<{ source: PartitionSource; candidate?: Candidate }> {

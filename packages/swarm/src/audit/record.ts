@@ -13,6 +13,9 @@
  *   then the optimizer state, the anchor weights (if any), the end weights and end optimizer state (if kept), then each
  *   op's input, outputGrad and sent bytes, in op order
  */
+
+import { contentHash } from '@train-at-home/model';
+
 export const RECORD_MAGIC = 0x52484154;
 /** The largest record a miner uploads or the coordinator accepts. */
 export const MAX_RECORD_BYTES = 64 * 1024 * 1024;
@@ -208,9 +211,16 @@ export class RoundRecorder {
     readonly stage: number,
   ) {}
 
-  /** A new round starts from these weights (their hash, and the bytes when known) and this optimizer state (a merge just ended, or the stage was taken up). */
-  start(anchorRound: number, anchorHash: string, optimizer: Uint8Array, anchorWeights?: Uint8Array): void {
+  /** The content hash of the round in progress's start optimizer state, when known (it was committed with merge-ready). */
+  private currentOptimizerHash?: string;
+
+  /**
+   * A new round starts from these weights (their hash, and the bytes when known) and this optimizer state (a merge just
+   * ended, or the stage was taken up), whose hash the caller may already hold.
+   */
+  start(anchorRound: number, anchorHash: string, optimizer: Uint8Array, anchorWeights?: Uint8Array, optimizerHash?: string): void {
     this.current = { runId: this.runId, minerId: this.minerId, stage: this.stage, anchorRound, anchorHash, ...(anchorWeights ? { anchorWeights } : {}), optimizer, round: 0, ops: [] };
+    this.currentOptimizerHash = optimizerHash;
   }
 
   /** Records an op of the round in progress (none before start: a round not begun from known weights is not auditable). */
@@ -223,9 +233,11 @@ export class RoundRecorder {
     this.current.ops.push(op);
   }
 
-  /** Where the round in progress began: the merge round of its start weights, and their hash (committed with merge-ready, beside its end). */
-  begun(): { round: number; hash: string; optimizer: Uint8Array } | undefined {
-    return this.current ? { round: this.current.anchorRound, hash: this.current.anchorHash, optimizer: this.current.optimizer } : undefined;
+  /** Where the round in progress began: the merge round of its start weights, their hash and its optimizer state's (committed with merge-ready, beside its end). */
+  begun(): { round: number; hash: string; optimizerHash: string } | undefined {
+    if (!this.current) return undefined;
+    this.currentOptimizerHash ??= contentHash(this.current.optimizer);
+    return { round: this.current.anchorRound, hash: this.current.anchorHash, optimizerHash: this.currentOptimizerHash };
   }
 
   /** The round in progress ended with `merge-ready` for this merge round (it goes on if the merge then does not happen for this miner). */
@@ -238,13 +250,13 @@ export class RoundRecorder {
    * whatever the merge then does (it may be drawn for an audit even when the miner's merge failed or never came),
    * and the next round goes on from that committed end state until a merge replaces it (start).
    */
-  close(round: number, endHash: string, optimizer: Uint8Array, endWeights?: Uint8Array, keepEnd = false): void {
+  close(round: number, endHash: string, optimizer: Uint8Array, endWeights?: Uint8Array, keepEnd = false, optimizerHash?: string): void {
     if (!this.current) return;
     this.current.round = round;
     // Shared with the next round's start (no copy) until a merge replaces it.
     if (keepEnd && endWeights) this.current.end = { weights: endWeights, state: optimizer };
     this.finish();
-    this.start(round, endHash, optimizer, endWeights);
+    this.start(round, endHash, optimizer, endWeights, optimizerHash);
   }
 
   /**
@@ -257,6 +269,7 @@ export class RoundRecorder {
     this.finished.pop();
     const { end: _uncommitted, ...reopened } = last;
     this.current = { ...reopened, round: 0 };
+    this.currentOptimizerHash = undefined;
   }
 
   /** The merge went through: the round in progress is finished and kept. */
