@@ -135,8 +135,11 @@ export class Auditor {
       [this.c.runId, stage, round],
     );
     const outliers = new Set(clipped.map((r) => r.miner_id));
-    const chosen = committed.map((r) => r.miner_id).filter((id) => participants.includes(id) && (outliers.has(id) || isAudited(draw.secret, stage, round, id, draw.rate)));
-    this.stats.clippedDrawn += chosen.filter((id) => outliers.has(id) && !isAudited(draw.secret, stage, round, id, draw.rate)).length;
+    const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
+    const drawn = eligible.filter((id) => isAudited(draw.secret, stage, round, id, draw.rate));
+    const forced = eligible.filter((id) => outliers.has(id) && !drawn.includes(id));
+    this.stats.clippedDrawn += forced.length;
+    const chosen = [...drawn, ...forced];
     const timeoutMs = this.c.run.incentives.auditTimeoutMs ?? 30_000;
     for (const minerId of chosen) {
       const [miner] = await this.c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, this.c.runId]);
@@ -211,14 +214,18 @@ export class Auditor {
       ? await c.db.query<{ optimizer_hash: string }>('SELECT optimizer_hash FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3 AND miner_id = $4', [c.runId, stage, record.anchorRound, minerId])
       : [];
     // The round began when the miner's report of the anchor's merge arrived (its sends of the round come after it on the same socket); a stage taken up afresh, at its previous commitment.
-    const [anchor] = await c.db.query<{ at: string | null }>(`SELECT merged_at ->> $4 AS at FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [c.runId, stage, record.anchorRound, minerId]);
+    const [anchor] = await c.db.query<{ at: string | null; ended: Date | null }>(`SELECT merged_at ->> $4 AS at, ended_at AS ended FROM epochs WHERE run_id = $1 AND stage = $2 AND epoch = $3`, [c.runId, stage, record.anchorRound, minerId]);
     const [previous] = await c.db.query<{ at: Date | null }>('SELECT max(ready_at) AS at FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round < $3 AND miner_id = $4', [c.runId, stage, round, minerId]);
     // A round begun by taking the stage up: from when it was given the stage, after a grace for its previous
     // stage's sends still arriving (a miner moved mid-round sent them as another stage).
     const [given] = await c.db.query<{ at: Date }>(`SELECT stage_since + make_interval(secs => $3) AS at FROM miners WHERE id = $1 AND run_id = $2`, [minerId, c.runId, STAGE_TAKEN_GRACE_MS / 1000]);
-    const from = anchor?.at ?? previous?.at ?? given?.at ?? new Date(0);
+    // Without its report of the anchor's merge, the round began after its previous merge-ready, and not before that
+    // merge's round closed: what it sent until then is paid as the anchor round's (accounting.ts, drawableRounds), not this one's.
+    const previousOrClosed = previous?.at && anchor?.ended && new Date(anchor.ended) > new Date(previous.at) ? anchor.ended : previous?.at;
+    const from = anchor?.at ?? previousOrClosed ?? given?.at ?? new Date(0);
     // Where the window of "sent in the round" came from, kept with the verdict (evidence for an AUDIT_INCOMPLETE).
-    const window = { anchorRound: record.anchorRound, from: String(from instanceof Date ? from.toISOString() : from), by: anchor?.at ? 'anchor-merged' : previous?.at ? 'previous-ready' : given?.at ? 'stage-given' : 'none', to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
+    const by = anchor?.at ? 'anchor-merged' : previousOrClosed && previousOrClosed !== previous?.at ? 'anchor-closed' : previous?.at ? 'previous-ready' : given?.at ? 'stage-given' : 'none';
+    const window = { anchorRound: record.anchorRound, from: String(from instanceof Date ? from.toISOString() : from), by, to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
     let startWeights: Uint8Array | undefined;
     // The record is the one committed: it starts where the miner said, with merge-ready, its round began.
     if (end?.start_hash != null && (record.anchorRound !== end.start_round || record.anchorHash !== end.start_hash)) {
