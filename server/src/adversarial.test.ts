@@ -195,7 +195,25 @@ describe('the validator against cheaters', () => {
     ).toEqual([]);
     expect(checks.filter((c) => honest.includes(c.miner_id) && !c.passed)).toEqual([]);
     // Every cheater is flagged, with the right reason among its flags.
-    for (const [id, name] of cheaters) expect(flags.some((f) => f.miner_id === id && (CHEATS[name].flags as readonly string[]).includes(f.kind)), name).toBe(true);
+    // (The message carries the cheater's evidence: a CI log keeps only its tail.)
+    const cheaterEvidence = async (id: string): Promise<string> => {
+      const inRounds = rounds.filter((r) => ((typeof r.participants === 'string' ? JSON.parse(r.participants) : r.participants) ?? []).includes(id)).length;
+      const drawn = await app.db.query<{ stage: number; round: number; status: string; reason: string | null; detail: unknown }>('SELECT stage, round, status, reason, detail FROM audits WHERE miner_id = $1 ORDER BY round', [id]);
+      const draws = await app.db.query<{ stage: number; round: number; rate: number }>(
+        `SELECT r.stage, r.round, r.rate FROM audit_rounds r JOIN round_commitments c ON c.run_id = r.run_id AND c.stage = r.stage AND c.round = r.round WHERE c.miner_id = $1 ORDER BY r.round`,
+        [id],
+      );
+      const mine = checks.filter((c) => c.miner_id === id);
+      return (
+        `in ${inRounds} merge rounds; committed rounds with their draw's rate ${JSON.stringify(draws.map((d) => [d.stage, d.round, d.rate]))}; ` +
+        `audits ${JSON.stringify(drawn.map((a) => [a.stage, a.round, a.status, a.reason, JSON.stringify(a.detail)?.slice(0, 200)]))}; ` +
+        `spot checks ${JSON.stringify(mine.map((c) => [c.kind, c.passed]))}; flags ${JSON.stringify(flags.filter((f) => f.miner_id === id).map((f) => f.kind))}`
+      );
+    };
+    for (const [id, name] of cheaters) {
+      const caught = flags.some((f) => f.miner_id === id && (CHEATS[name].flags as readonly string[]).includes(f.kind));
+      expect(caught, caught ? name : `${name}: ${await cheaterEvidence(id)}`).toBe(true);
+    }
 
     // How the poisoned contributions fared under CenteredClip relative to their stage peers (the default reduction)
     // in the rounds they took part in before their audits flagged them (printed: allreduce.test.ts checks the clip).

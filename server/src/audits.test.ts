@@ -105,10 +105,42 @@ describe('audit answers', () => {
     const after = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=9' })).json();
     expect(after.commitment).toBe(before.commitment);
     expect(auditCommitment(after.secret)).toBe(after.commitment);
-    const chosen = verifyAuditChoice({ commitment: after.commitment, secret: after.secret, stage: 1, round: 9, rate: after.rate, miners: after.committed });
+    const chosen = verifyAuditChoice({ commitment: after.commitment, secret: after.secret, stage: 1, round: 9, rate: after.rate, fullRate: after.fullRate, unproven: after.unproven, miners: after.committed });
     expect(after.audits.map((a: { miner: string }) => a.miner).sort()).toEqual(chosen.sort());
     // The next round's draw is committed as this one closes.
     expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=10' })).json().secret).toBeNull();
     expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=x&round=1' })).statusCode).toBe(400);
+  });
+
+  it('draws a replica with fewer than PROVEN_AUDITS audits passed at the run\'s full rate when a backlog lowered the round\'s, and says so', async () => {
+    const commitRound = async (round: number): Promise<void> => {
+      // A round whose rate the validator's backlog lowered to nothing (the run's rate is 0.2).
+      await app.db.query(`INSERT INTO audit_rounds (run_id, stage, round, commitment, secret, rate, full_rate) VALUES ($1, 1, $2, $3, $4, 0, 1)`, [app.coordinator.runId, round, auditCommitment('11'.repeat(32)), '11'.repeat(32)]);
+      await app.db.query(`INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at) VALUES ($1, 1, $2, $3, $4, $4, now()), ($1, 1, $2, $5, $4, $4, now())`, [
+        app.coordinator.runId,
+        round,
+        id(miner),
+        'cd'.repeat(32),
+        id(other),
+      ]);
+    };
+    const drawnIn = async (round: number): Promise<string[]> => (await app.db.query<{ miner_id: string }>('SELECT miner_id FROM audits WHERE run_id = $1 AND stage = 1 AND round = $2 ORDER BY miner_id', [app.coordinator.runId, round])).map((r) => r.miner_id);
+    // Neither has passed PROVEN_AUDITS audits: both are drawn at the full rate (1 here), as the published draw shows.
+    await commitRound(20);
+    await app.validator.audits.roundClosed(1, 20, [id(miner), id(other)]);
+    expect(await drawnIn(20)).toEqual([id(miner), id(other)].sort());
+    const first = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=20' })).json();
+    expect(first).toMatchObject({ rate: 0, fullRate: 1 });
+    expect(first.unproven.sort()).toEqual([id(miner), id(other)].sort());
+    expect(verifyAuditChoice({ ...first, stage: 1, round: 20, miners: first.committed }).sort()).toEqual(await drawnIn(20));
+    // `miner` passes PROVEN_AUDITS audits: from then on it is drawn at the round's lowered rate (none here); `other` still at the full rate.
+    await app.db.query(`UPDATE audits SET status = 'passed' WHERE run_id = $1 AND stage = 1 AND round = 20 AND miner_id = $2`, [app.coordinator.runId, id(miner)]);
+    await app.db.query(`INSERT INTO audits (id, run_id, stage, round, miner_id, status, deadline) VALUES ($1, $2, 1, 19, $3, 'passed', now())`, [randomBytes(16).toString('hex'), app.coordinator.runId, id(miner)]);
+    await commitRound(22);
+    await app.validator.audits.roundClosed(1, 22, [id(miner), id(other)]);
+    expect(await drawnIn(22)).toEqual([id(other)]);
+    const second = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=22' })).json();
+    expect(second.unproven).toEqual([id(other)]);
+    expect(verifyAuditChoice({ ...second, stage: 1, round: 22, miners: second.committed })).toEqual([id(other)]);
   });
 });

@@ -38,10 +38,15 @@ export function isAudited(secretHex: string, stage: number, round: number, miner
   return auditDraw(secretHex, stage, round, minerId) < rate;
 }
 
-/** Checks a revealed secret against its commitment and returns the miners it chose (throws on a secret that does not match). */
-export function verifyAuditChoice(a: { commitment: string; secret: string; stage: number; round: number; rate: number; miners: string[] }): string[] {
+/**
+ * Checks a revealed secret against its commitment and returns the miners it chose (throws on a secret that does not
+ * match). Miners in `unproven` (too few audits passed yet when the round closed) are drawn at `fullRate`, the run's
+ * rate, where the round's own `rate` was lowered under the validator's backlog.
+ */
+export function verifyAuditChoice(a: { commitment: string; secret: string; stage: number; round: number; rate: number; miners: string[]; fullRate?: number; unproven?: string[] }): string[] {
   if (auditCommitment(a.secret) !== a.commitment) throw new Error('the revealed secret does not match its commitment');
-  return a.miners.filter((m) => isAudited(a.secret, a.stage, a.round, m, a.rate));
+  const unproven = new Set(a.unproven ?? []);
+  return a.miners.filter((m) => isAudited(a.secret, a.stage, a.round, m, unproven.has(m) ? Math.max(a.rate, a.fullRate ?? a.rate) : a.rate));
 }
 
 function concat(...parts: Uint8Array[]): Uint8Array {

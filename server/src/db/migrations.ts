@@ -403,4 +403,13 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE round_commitments ADD COLUMN start_optimizer text;
     `,
   },
+  {
+    version: 16,
+    name: 'unproven miners are drawn at the run audit rate',
+    sql: `
+      -- The run's audit rate when the round's draw was committed (its rate may be lowered under the validator's
+      -- backlog), and the replicas drawn at that full rate all the same: too few audits passed when the round closed.
+      ALTER TABLE audit_rounds ADD COLUMN full_rate double precision, ADD COLUMN unproven jsonb;
+    `,
+  },
 ];

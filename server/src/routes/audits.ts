@@ -11,7 +11,7 @@ const STATUS: Record<AuditError['code'], number> = { NO_SUCH_AUDIT: 404, NOT_YOU
  * (application/octet-stream), signed with its key over { runId, auditId,
  * hash } (nobody can answer, and so fail, an audit for someone else). And
  * anyone can check the draw: each round's commitment, its secret once
- * revealed, and the audits it chose with their outcome.
+ * revealed, the replicas drawn at the run's full rate (unproven), and the audits it chose with their outcome.
  */
 export const auditRoutes: FastifyPluginAsync<{ audits: Auditor; coordinator: Coordinator }> = async (app, { audits, coordinator }) => {
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_RECORD_BYTES }, (_req, body, done) => done(null, body));
@@ -41,8 +41,8 @@ export const auditRoutes: FastifyPluginAsync<{ audits: Auditor; coordinator: Coo
     if (!Number.isInteger(stage) || !Number.isInteger(round) || stage < 0 || round < 0 || round > 2 ** 31 - 1 || stage > 63) {
       return reply.code(400).send({ error: 'BAD_REQUEST', message: 'stage and round (non-negative integers) are required' });
     }
-    const [draw] = await coordinator.db.query<{ commitment: string; secret: string; rate: number; revealed_at: Date | null }>(
-      'SELECT commitment, secret, rate, revealed_at FROM audit_rounds WHERE run_id = $1 AND stage = $2 AND round = $3',
+    const [draw] = await coordinator.db.query<{ commitment: string; secret: string; rate: number; full_rate: number | null; unproven: string[] | string | null; revealed_at: Date | null }>(
+      'SELECT commitment, secret, rate, full_rate, unproven, revealed_at FROM audit_rounds WHERE run_id = $1 AND stage = $2 AND round = $3',
       [coordinator.runId, stage, round],
     );
     if (!draw) return reply.code(404).send({ error: 'NO_SUCH_ROUND', message: `no audit draw for stage ${stage}, round ${round}` });
@@ -56,6 +56,9 @@ export const auditRoutes: FastifyPluginAsync<{ audits: Auditor; coordinator: Coo
       round,
       commitment: draw.commitment,
       rate: draw.rate,
+      // The run's rate, at which the replicas named in unproven (too few audits passed when the round closed) were drawn.
+      fullRate: draw.full_rate ?? draw.rate,
+      unproven: draw.revealed_at && draw.unproven ? ((typeof draw.unproven === 'string' ? JSON.parse(draw.unproven) : draw.unproven) as string[]) : [],
       // The secret only once the round closed: before, it would tell miners which rounds are safe to cheat in.
       secret: draw.revealed_at ? draw.secret : null,
       committed: committed.map((c) => c.miner_id),

@@ -18,6 +18,13 @@ export const STAGE_TAKEN_GRACE_MS = 5_000;
  * halved the rate though the validator cleared it in seconds: the adversarial test's cheats went unaudited for epochs.
  */
 export const FIRST_REPLAY_MS_GUESS = 1_000;
+/**
+ * A replica with fewer audits passed than this in the run is drawn at the run's full audit rate whatever the
+ * backlog (the rate a backlog lowers is that of replicas with a record), and its replays go first in the validator's
+ * queue: the validator's time goes where there is least evidence, so a cheat from a miner's first rounds is caught
+ * however far behind the validator is.
+ */
+export const PROVEN_AUDITS = 2;
 /** A replay not finished this long after its audit's deadline is taken as lost (skipped: the validator's fault, not the miner's). */
 export const AUDIT_REPLAY_LIMIT_MS = 300_000;
 
@@ -50,6 +57,8 @@ export interface AuditJob {
   merge?: AuditInputs['merge'];
   /** The miner's backend is not the validator's: its round is replayed within these bounds (REPLAY_TOLERANCE, swarm/audit/replay.ts). */
   tolerance?: ReplayTolerance;
+  /** Audits the miner had passed in the run when it answered: fewer go first in the validator's queue (PROVEN_AUDITS). */
+  passed?: number;
 }
 
 /**
@@ -108,8 +117,8 @@ export class Auditor {
     const roundMs = this.c.run.merge.maxTrainingMs + this.c.run.merge.roundMs;
     const halvings = Math.min(10, Math.floor(((behind?.n ?? 0) * perReplayMs) / roundMs));
     const [row] = await this.c.db.query(
-      `INSERT INTO audit_rounds (run_id, stage, round, commitment, secret, rate) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id, stage, round) DO NOTHING RETURNING round`,
-      [this.c.runId, stage, round, auditCommitment(secret), secret, this.rate / 2 ** halvings],
+      `INSERT INTO audit_rounds (run_id, stage, round, commitment, secret, rate, full_rate) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_id, stage, round) DO NOTHING RETURNING round`,
+      [this.c.runId, stage, round, auditCommitment(secret), secret, this.rate / 2 ** halvings, this.rate],
     );
     if (row && halvings > 0) this.stats.rateLowered++;
   }
@@ -118,13 +127,21 @@ export class Auditor {
   async roundClosed(stage: number, round: number, participants: string[]): Promise<void> {
     await this.commit(stage, round + 1);
     if (this.rate <= 0) return;
-    const [draw] = await this.c.db.query<{ secret: string; rate: number }>(
-      `UPDATE audit_rounds SET revealed_at = now() WHERE run_id = $1 AND stage = $2 AND round = $3 RETURNING secret, rate`,
-      [this.c.runId, stage, round],
+    const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
+    const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
+    // Replicas with too few audits passed yet are drawn at the run's full rate (PROVEN_AUDITS): named with the reveal, so anyone can check the draw.
+    const unproven = await this.c.db.query<{ miner_id: string }>(
+      `SELECT m AS miner_id FROM unnest($2::text[]) m WHERE (SELECT count(*) FROM audits a WHERE a.run_id = $1 AND a.miner_id = m AND a.status = 'passed') < $3`,
+      [this.c.runId, eligible, PROVEN_AUDITS],
+    );
+    const [draw] = await this.c.db.query<{ secret: string; rate: number; full_rate: number | null }>(
+      `UPDATE audit_rounds SET revealed_at = now(), unproven = $4 WHERE run_id = $1 AND stage = $2 AND round = $3 RETURNING secret, rate, full_rate`,
+      [this.c.runId, stage, round, JSON.stringify(unproven.map((r) => r.miner_id))],
     );
     // No commitment made before the round (it began before this process did): nothing is drawn.
     if (!draw) return;
-    const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
+    const atFullRate = new Set(unproven.map((r) => r.miner_id));
+    const rateOf = (id: string): number => (atFullRate.has(id) ? Math.max(draw.rate, draw.full_rate ?? draw.rate) : draw.rate);
     // And, whatever the draw, each replica whose contribution both owners of every partition clipped (CenteredClip: farther
     // from its stage peers' than the radius, all along its vector, as a scaled or random one is; an honest one is clipped
     // here and there, in a partition or two): evidence anyone can read in the round's merge events, so it is audited for sure.
@@ -135,8 +152,7 @@ export class Auditor {
       [this.c.runId, stage, round],
     );
     const outliers = new Set(clipped.map((r) => r.miner_id));
-    const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
-    const drawn = eligible.filter((id) => isAudited(draw.secret, stage, round, id, draw.rate));
+    const drawn = eligible.filter((id) => isAudited(draw.secret, stage, round, id, rateOf(id)));
     const forced = eligible.filter((id) => outliers.has(id) && !drawn.includes(id));
     this.stats.clippedDrawn += forced.length;
     const chosen = [...drawn, ...forced];
@@ -312,6 +328,7 @@ export class Auditor {
       transfers: transfers.map((t) => ({ direction: t.direction, activationId: t.activation_id, from: t.from_miner, to: t.to_miner, payloadHash: t.payload_hash, reporter: t.reporter, inRound: t.in_round })),
       reportedLosses: losses.map((l) => [l.activation_id, l.value]),
       ...(tolerance ? { tolerance } : {}),
+      passed: (await c.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND miner_id = $2 AND status = 'passed'`, [c.runId, minerId]))[0]?.n ?? 0,
     };
     let verdict: AuditVerdict;
     try {

@@ -11,3 +11,21 @@ export type ValidatorJob =
   | { kind: 'score'; score: ScoreJob }
   | { kind: 'has'; stages: Array<{ stage: number; hash: string }> }
   | { kind: 'sleep'; ms: number };
+
+/**
+ * What catches cheaters and pays miners goes before held-out losses and samples: scoring first (an
+ * epoch's settlement waits on it), then audits (settlement waits on those drawn before it was due),
+ * those of miners with the fewest audits passed first (PROVEN_AUDITS, audits.ts), then spot-check
+ * replays; the first come among equals. The index in `waiting` of the job to run next (0 when none).
+ */
+export function nextJob(waiting: ValidatorJob[]): number {
+  const rank = (job: ValidatorJob): [number, number] =>
+    job.kind === 'score' || job.kind === 'has' || job.kind === 'sleep' ? [0, 0] : job.kind === 'audit' ? [1, job.audit.passed ?? 0] : job.kind === 'replay' ? [2, 0] : [3, 0];
+  let best = 0;
+  waiting.forEach((job, i) => {
+    const [a, b] = rank(job);
+    const [x, y] = rank(waiting[best]!);
+    if (a < x || (a === x && b < y)) best = i;
+  });
+  return best;
+}

@@ -9,7 +9,7 @@
 import type { RunConfig } from '../run-config';
 import { ValidatorCompute, ValidatorError } from './compute';
 import { scoreEpoch } from './scoring';
-import type { ValidatorJob } from './jobs';
+import { nextJob, type ValidatorJob } from './jobs';
 
 const send = (m: unknown): void => void process.send?.(m);
 const run = JSON.parse(process.env.TAH_VALIDATOR_RUN ?? 'null') as RunConfig | null;
@@ -41,17 +41,10 @@ async function handle(job: ValidatorJob): Promise<unknown> {
   }
 }
 
-/**
- * What catches cheaters and pays miners goes before held-out losses and samples: scoring first (an
- * epoch's settlement waits on it), then audits (settlement waits on those drawn before it was due),
- * then spot-check replays.
- */
-const PRIORITY: Array<Set<ValidatorJob['kind']>> = [new Set(['score', 'has', 'sleep']), new Set(['audit']), new Set(['replay'])];
 const waiting: Array<{ id: number; job: ValidatorJob }> = [];
 
 async function runOne(): Promise<void> {
-  const next = PRIORITY.map((kinds) => waiting.findIndex((w) => kinds.has(w.job.kind))).find((i) => i >= 0) ?? -1;
-  const [m] = waiting.splice(next >= 0 ? next : 0, 1);
+  const [m] = waiting.splice(nextJob(waiting.map((w) => w.job)), 1);
   if (!m) return;
   // The coordinator times a job from here (client.ts): waiting in this queue is not being wedged.
   send({ id: m.id, started: true });
