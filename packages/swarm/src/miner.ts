@@ -806,13 +806,16 @@ export class Miner {
         this.scheduleIceRefresh(again.ice.expiresAt);
       }
       this.o.log?.(`re-registered with the coordinator, stage ${again.stage + 1}`);
+      // What waited goes first, before anything else this miner says on the new connection: a receipt of the round in
+      // progress arriving after a merge-ready that closed it would fall in the next round's audit window, as a send
+      // that round's record does not hold.
+      this.connectedToCoordinator = true;
+      this.unreachable = undefined;
+      for (const [event, payload] of this.unsent.splice(0)) this.report(event, payload);
       // A merge still waiting for merge-go will not get it; one in its all-reduce ends on its own deadlines
       // (resumed now, training would run in the middle of it, and end up in the audited round's record).
       if (!this.merging?.allReduce) this.endMerge();
       if (again.stage !== this.registration!.stage) await this.takeStage(again.stage);
-      this.connectedToCoordinator = true;
-      this.unreachable = undefined;
-      for (const [event, payload] of this.unsent.splice(0)) this.report(event, payload);
     } catch (e) {
       this.o.log?.(`could not re-register: ${(e as Error).message}`);
     }
