@@ -214,6 +214,17 @@ describe('the validator against cheaters', () => {
       const caught = flags.some((f) => f.miner_id === id && (CHEATS[name].flags as readonly string[]).includes(f.kind));
       expect(caught, caught ? name : `${name}: ${await cheaterEvidence(id)}`).toBe(true);
     }
+    // A flagged miner leaves its stage at once: no merge of its stage begun after its flag (a second later: the merge's
+    // members are read just before its row is written) takes its contribution.
+    for (const [id, name] of cheaters) {
+      const [flag] = await app.db.query<{ at: Date }>('SELECT min(created_at) AS at FROM flags WHERE miner_id = $1', [id]);
+      const stage = miners.find((m) => m.minerId === id)!.stage;
+      const later = await app.db.query<{ epoch: number }>(
+        `SELECT epoch FROM epochs WHERE run_id = $1 AND stage = $2 AND started_at > $3::timestamptz + interval '1 second' AND participants ? $4`,
+        [app.coordinator.runId, stage, flag!.at, id],
+      );
+      expect(later.map((r) => r.epoch), `${name} took part in merges begun after its flag`).toEqual([]);
+    }
 
     // How the poisoned contributions fared under CenteredClip relative to their stage peers (the default reduction)
     // in the rounds they took part in before their audits flagged them (printed: allreduce.test.ts checks the clip).
