@@ -38,7 +38,18 @@ const backend = await initNodeBackend();
 
 interface RunResult {
   seed: number;
-  detection: Array<{ attack: CheatName; detected: boolean; flags: string[]; epochsToDetect: number | null; flaggedInEpoch: number | null; firstWorkEpoch: number | null; earningsRatio: number; paidInEpochs: number[] }>;
+  detection: Array<{
+    attack: CheatName;
+    detected: boolean;
+    flags: string[];
+    epochsToDetect: number | null;
+    flaggedInEpoch: number | null;
+    firstWorkEpoch: number | null;
+    earningsRatio: number;
+    paidInEpochs: number[];
+    flaggedAtS: number | null;
+    rounds: Array<[number, number, number | null, string | null, number | null]>;
+  }>;
   honest: number;
   honestFlagged: number;
   honestRoundsAudited: number;
@@ -94,6 +105,20 @@ async function run(seed: number): Promise<RunResult> {
       Math.floor((Number(r.ms) - runStart) / EPOCH_MS),
     ]),
   );
+  // Each cheater's rounds, seconds from the run's start: committed with merge-ready, drawn or not (at what rate), and
+  // its audits' outcomes and when they finished (where detection took long, why).
+  const trails = new Map<string, Array<[number, number, number | null, string | null, number | null]>>();
+  for (const [id, cheat] of roles) {
+    if (!cheat) continue;
+    const rows = await app.db.query<{ round: number; ready_s: number; rate: number | null; status: string | null; reason: string | null; done_s: number | null }>(
+      `SELECT c.round, extract(epoch FROM c.ready_at)::float8 * 1000 - $3 AS ready_s, r.rate, a.status, a.reason, extract(epoch FROM a.finished_at)::float8 * 1000 - $3 AS done_s
+       FROM round_commitments c LEFT JOIN audit_rounds r ON r.run_id = c.run_id AND r.stage = c.stage AND r.round = c.round
+       LEFT JOIN audits a ON a.run_id = c.run_id AND a.stage = c.stage AND a.round = c.round AND a.miner_id = c.miner_id
+       WHERE c.run_id = $1 AND c.miner_id = $2 ORDER BY c.round`,
+      [app.coordinator.runId, id, runStart],
+    );
+    trails.set(id, rows.map((r) => [r.round, Math.round(Number(r.ready_s) / 1000), r.rate, r.status ? (r.reason ?? r.status) : null, r.done_s === null ? null : Math.round(Number(r.done_s) / 1000)]));
+  }
   const detection = cheats.map((attack) => {
     const id = [...roles].find(([, c]) => c === attack)![0];
     const mine = flags.filter((f) => f.miner_id === id);
@@ -109,6 +134,9 @@ async function run(seed: number): Promise<RunResult> {
       firstWorkEpoch: began !== null ? began + 1 : null,
       earningsRatio: honestMean > 0 ? Number(earned.get(id) ?? 0n) / honestMean : 0,
       paidInEpochs: paidIn.get(id) ?? [],
+      flaggedAtS: right ? Math.round((new Date(right.created_at).getTime() - runStart) / 1000) : null,
+      /** [round, committed at s, draw's rate, audit outcome (null: not drawn), finished at s] */
+      rounds: trails.get(id) ?? [],
     };
   });
   const honestFlags = flags.filter((f) => honest.includes(f.miner_id));
