@@ -38,15 +38,25 @@ export function isAudited(secretHex: string, stage: number, round: number, miner
   return auditDraw(secretHex, stage, round, minerId) < rate;
 }
 
-/**
- * Checks a revealed secret against its commitment and returns the miners it chose (throws on a secret that does not
- * match). Miners in `unproven` (too few audits passed yet when the round closed) are drawn at `fullRate`, the run's
- * rate, where the round's own `rate` was lowered under the validator's backlog.
- */
-export function verifyAuditChoice(a: { commitment: string; secret: string; stage: number; round: number; rate: number; miners: string[]; fullRate?: number; unproven?: string[] }): string[] {
+/** A round's draw rates: its own `rate` (lowered under the validator's backlog), and `fullRate`, the run's, for the miners in `unproven` (too few audits passed yet when the round closed). */
+export interface DrawRates {
+  rate: number;
+  fullRate?: number;
+  unproven?: Iterable<string>;
+}
+
+/** The rate a miner was drawn at in a round with these rates. */
+export function drawRateOf(rates: DrawRates): (minerId: string) => number {
+  const unproven = new Set(rates.unproven ?? []);
+  const full = Math.max(rates.rate, rates.fullRate ?? rates.rate);
+  return (minerId) => (unproven.has(minerId) ? full : rates.rate);
+}
+
+/** Checks a revealed secret against its commitment and returns the miners it chose (throws on a secret that does not match). */
+export function verifyAuditChoice(a: DrawRates & { commitment: string; secret: string; stage: number; round: number; miners: string[] }): string[] {
   if (auditCommitment(a.secret) !== a.commitment) throw new Error('the revealed secret does not match its commitment');
-  const unproven = new Set(a.unproven ?? []);
-  return a.miners.filter((m) => isAudited(a.secret, a.stage, a.round, m, unproven.has(m) ? Math.max(a.rate, a.fullRate ?? a.rate) : a.rate));
+  const rateOf = drawRateOf(a);
+  return a.miners.filter((m) => isAudited(a.secret, a.stage, a.round, m, rateOf(m)));
 }
 
 function concat(...parts: Uint8Array[]): Uint8Array {

@@ -1,4 +1,4 @@
-import { auditCommitment, isAudited } from '@train-at-home/incentives';
+import { auditCommitment, drawRateOf, isAudited } from '@train-at-home/incentives';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, recordFloorBytes, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
 import { PRESETS, countStageParameters, stageSpecs } from '@train-at-home/model';
@@ -130,18 +130,15 @@ export class Auditor {
     const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
     const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
     // Replicas with too few audits passed yet are drawn at the run's full rate (PROVEN_AUDITS): named with the reveal, so anyone can check the draw.
-    const unproven = await this.c.db.query<{ miner_id: string }>(
-      `SELECT m AS miner_id FROM unnest($2::text[]) m WHERE (SELECT count(*) FROM audits a WHERE a.run_id = $1 AND a.miner_id = m AND a.status = 'passed') < $3`,
-      [this.c.runId, eligible, PROVEN_AUDITS],
-    );
+    const passed = await passedAudits(this.c, eligible);
+    const unproven = eligible.filter((id) => (passed.get(id) ?? 0) < PROVEN_AUDITS);
     const [draw] = await this.c.db.query<{ secret: string; rate: number; full_rate: number | null }>(
       `UPDATE audit_rounds SET revealed_at = now(), unproven = $4 WHERE run_id = $1 AND stage = $2 AND round = $3 RETURNING secret, rate, full_rate`,
-      [this.c.runId, stage, round, JSON.stringify(unproven.map((r) => r.miner_id))],
+      [this.c.runId, stage, round, JSON.stringify(unproven)],
     );
     // No commitment made before the round (it began before this process did): nothing is drawn.
     if (!draw) return;
-    const atFullRate = new Set(unproven.map((r) => r.miner_id));
-    const rateOf = (id: string): number => (atFullRate.has(id) ? Math.max(draw.rate, draw.full_rate ?? draw.rate) : draw.rate);
+    const rateOf = drawRateOf({ rate: draw.rate, fullRate: draw.full_rate ?? undefined, unproven });
     // And, whatever the draw, each replica whose contribution both owners of every partition clipped (CenteredClip: farther
     // from its stage peers' than the radius, all along its vector, as a scaled or random one is; an honest one is clipped
     // here and there, in a partition or two): evidence anyone can read in the round's merge events, so it is audited for sure.
@@ -328,7 +325,7 @@ export class Auditor {
       transfers: transfers.map((t) => ({ direction: t.direction, activationId: t.activation_id, from: t.from_miner, to: t.to_miner, payloadHash: t.payload_hash, reporter: t.reporter, inRound: t.in_round })),
       reportedLosses: losses.map((l) => [l.activation_id, l.value]),
       ...(tolerance ? { tolerance } : {}),
-      passed: (await c.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND miner_id = $2 AND status = 'passed'`, [c.runId, minerId]))[0]?.n ?? 0,
+      passed: (await passedAudits(c, [minerId])).get(minerId) ?? 0,
     };
     let verdict: AuditVerdict;
     try {
@@ -403,4 +400,14 @@ export class Auditor {
       this.busy = false;
     }
   }
+}
+
+/** How many audits each of these miners has passed in the run (PROVEN_AUDITS); a miner with none is absent. */
+async function passedAudits(c: Coordinator, minerIds: string[]): Promise<Map<string, number>> {
+  if (minerIds.length === 0) return new Map();
+  const rows = await c.db.query<{ miner_id: string; n: number }>(
+    `SELECT miner_id, count(*)::int AS n FROM audits WHERE run_id = $1 AND status = 'passed' AND miner_id = ANY($2::text[]) GROUP BY miner_id`,
+    [c.runId, minerIds],
+  );
+  return new Map(rows.map((r) => [r.miner_id, r.n]));
 }

@@ -22,10 +22,10 @@ export function nextJob(waiting: ValidatorJob[]): number {
   const rank = (job: ValidatorJob): [number, number] =>
     job.kind === 'score' || job.kind === 'has' || job.kind === 'sleep' ? [0, 0] : job.kind === 'audit' ? [1, job.audit.passed ?? 0] : job.kind === 'replay' ? [2, 0] : [3, 0];
   let best = 0;
+  let [x, y] = [Infinity, Infinity];
   waiting.forEach((job, i) => {
     const [a, b] = rank(job);
-    const [x, y] = rank(waiting[best]!);
-    if (a < x || (a === x && b < y)) best = i;
+    if (a < x || (a === x && b < y)) [best, x, y] = [i, a, b];
   });
   return best;
 }
