@@ -24,6 +24,8 @@ import { defaultRunConfig, type RunOverrides } from './run-config';
 import { networkSettings, type NetworkSettings } from './network';
 import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
+import { LIVENESS_FLUSH_MS } from './liveness';
+import { DEFAULT_HEARTBEAT_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './operator-settings';
 import { Validator } from './validator';
 
 export interface AppOptions {
@@ -34,8 +36,10 @@ export interface AppOptions {
   webRoot?: string;
   /** Prepared token shards (./data), served at /data/ with HTTP ranges for browsers. */
   dataRoot?: string;
-  /** A miner silent (no heartbeat) this long is dropped. */
+  /** A miner silent (no heartbeat) this long is dropped (default: 7.5 heartbeats, at least 15 s). */
   silentMs?: number;
+  /** How often miners send a heartbeat (told to each when it registers); 2 s by default. */
+  heartbeatMs?: number;
   /** Payout links and claims: the domain wallets sign for, challenge lifetime, rate limits, payout sink. */
   rewards?: RewardsOptions;
   /** Limits on HTTP connections (see `httpServer`) and requests. */
@@ -201,8 +205,10 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const feed = new DashboardFeed(coordinator, io.of(DASHBOARD_NAMESPACE), options.dashboard?.pushMs);
   await fastify.register(dashboardRoutes, { coordinator, feed });
   refuseOtherSocketMethods(fastify.server);
+  coordinator.io = io;
   attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates));
-  const silentMs = options.silentMs ?? 15_000;
+  coordinator.heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
+  const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);
   // When this process itself stalled (a large checkpoint stored, a GC pause), what miners sent
   // meanwhile (heartbeats, merge answers) is still queued behind this timer: no miner is called
@@ -219,6 +225,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     validator.tick();
     localMiners.tick().catch((err: unknown) => fastify.log.error({ err }, 'local miners tick failed'));
   }, sweepMs);
+  const flushLiveness = setInterval(() => coordinator.liveness.flush().catch((err: unknown) => fastify.log.error({ err }, 'could not store heartbeat times')), LIVENESS_FLUSH_MS);
+  flushLiveness.unref();
   sweep.unref();
   return {
     fastify,
@@ -230,6 +238,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     localMiners,
     async close(closeOptions: { keepLocalMiners?: boolean } = {}) {
       clearInterval(sweep);
+      clearInterval(flushLiveness);
       await localMiners.close(closeOptions.keepLocalMiners);
       feed.close();
       io.close();
@@ -244,6 +253,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
       } finally {
         clearInterval(drain);
       }
+      await coordinator.liveness.flush().catch((err: unknown) => fastify.log.error({ err }, 'could not store heartbeat times'));
       await db.close();
     },
   };

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { Socket } from 'socket.io';
+import type { Server, Socket } from 'socket.io';
 import type { Database } from './db/database';
 import { PRESETS } from '@train-at-home/model';
 import { ActivationRegistry } from './activations';
@@ -9,6 +9,8 @@ import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config'
 import { rebalanceStages } from './socket/registration';
 import { Flags } from './validator/flags';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
+import { StageMapFeed } from './stage-map';
+import { Liveness } from './liveness';
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
@@ -31,6 +33,14 @@ export class Coordinator {
    * heartbeat that one stored to this start, nothing was recorded (the Dashboard draws it as a gap).
    */
   outage?: { from: string; to: string };
+  /** socket.io's server, once the app has attached it: stage-map deltas go to its rooms. */
+  io?: Server;
+  /** Who holds which stage, as miners were told it (stage-map.ts). */
+  readonly stageFeed: StageMapFeed;
+  /** How often miners send a heartbeat: told to each when it registers (the operator's --heartbeat-ms). */
+  heartbeatMs = 2000;
+  /** When each miner was last heard from (memory; written to the database in batches). */
+  readonly liveness: Liveness;
 
   constructor(
     readonly db: Database,
@@ -43,6 +53,17 @@ export class Coordinator {
     this.flags = new Flags(this);
     const preset = PRESETS[run.preset];
     this.live = new LiveState(run.stages, run.training.batchSize * preset.contextLength * preset.dModel * 4);
+    this.liveness = new Liveness(db);
+    this.stageFeed = new StageMapFeed(
+      run.stages,
+      async () => {
+        const rows = await db.query<{ id: string; stage: number }>(`SELECT id, stage FROM miners WHERE run_id = $1 AND status = 'active'`, [runId]);
+        const stages: string[][] = Array.from({ length: run.stages }, () => []);
+        for (const r of rows) stages[r.stage]?.push(r.id);
+        return stages;
+      },
+      (rooms, delta) => this.io?.to(rooms).emit('stage-delta', delta),
+    );
   }
 
   /** New network settings (checked first): later registrations and 'ice' requests get them; a changed TURN secret takes effect at once. */
@@ -73,10 +94,13 @@ export class Coordinator {
    * Their in-flight microbatches are re-sent by stage 0 on other pathways.
    */
   async dropSilent(silentMs: number): Promise<string[]> {
+    const quiet = this.liveness.silent(silentMs);
+    if (quiet.length === 0) return [];
     const silent = await this.db.query<{ id: string }>(
-      `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND last_seen_at < now() - make_interval(secs => $2) RETURNING id`,
-      [this.runId, silentMs / 1000],
+      `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND id = ANY($2::text[]) RETURNING id`,
+      [this.runId, quiet],
     );
+    for (const id of quiet) this.liveness.forget(id);
     for (const { id } of silent) {
       this.live.forget(id);
       this.sockets.get(id)?.disconnect(true);
@@ -105,6 +129,7 @@ export class Coordinator {
 
   async minerLeft(id: string): Promise<void> {
     this.live.forget(id);
+    this.liveness.forget(id);
     await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active'`, [id]);
     await rebalanceStages(this);
   }
@@ -133,10 +158,12 @@ export class Coordinator {
     return Boolean(row);
   }
 
-  /** Tells every connected miner who holds which stage, so each can pick its neighbours. */
-  async broadcastStageMap(): Promise<void> {
-    const stages = (await this.stageMap()).map((s) => s.miners.map((m) => m.id));
-    for (const socket of this.sockets.values()) socket.emit('stages', { stages });
+  /**
+   * Tells the miners that talk to a stage what changed in it (a delta per
+   * changed stage, to the rooms of its neighbours), so each can pick its peers.
+   */
+  publishStageMap(): Promise<void> {
+    return this.stageFeed.publish();
   }
 
   async stageMap(): Promise<Array<{ stage: number; miners: Array<{ id: string; address: string; backend: string; tokensPerSec: number }> }>> {

@@ -17,6 +17,9 @@
  * coturn's static-auth-secret, from which per-miner credentials are minted
  * (network.ts; README, "TURN"). --relay on|off (TAH_RELAY): the coordinator's
  * own frame relay, capped per miner; off by default with --local-miners 0.
+ * Limits and timings (operator-settings.ts; or the TAH_… variables named there):
+ * --max-connections-per-ip N, --requests-per-ip-per-minute N,
+ * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N.
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +28,7 @@ import type { PresetName, Precision } from '@train-at-home/model';
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 import { LOCAL_INCENTIVES } from './run-config';
+import { OPERATOR_FLAGS, SettingError, operatorSettings } from './operator-settings';
 
 const { values } = parseArgs({
   options: {
@@ -41,8 +45,28 @@ const { values } = parseArgs({
     turn: { type: 'string', default: process.env.TAH_TURN ?? '' },
     relay: { type: 'string', default: process.env.TAH_RELAY },
     'data-dir': { type: 'string', default: fileURLToPath(new URL('../../db/coordinator', import.meta.url)) },
+    'max-connections-per-ip': { type: 'string', default: process.env[OPERATOR_FLAGS['max-connections-per-ip']] },
+    'requests-per-ip-per-minute': { type: 'string', default: process.env[OPERATOR_FLAGS['requests-per-ip-per-minute']] },
+    'socket-rates': { type: 'string', default: process.env[OPERATOR_FLAGS['socket-rates']] },
+    'heartbeat-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['heartbeat-ms']] },
+    'silent-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['silent-ms']] },
   },
 });
+
+let operator: ReturnType<typeof operatorSettings>;
+try {
+  operator = operatorSettings({
+    maxConnectionsPerIp: values['max-connections-per-ip'],
+    requestsPerIpPerMinute: values['requests-per-ip-per-minute'],
+    socketRates: values['socket-rates'],
+    heartbeatMs: values['heartbeat-ms'],
+    silentMs: values['silent-ms'],
+  });
+} catch (e) {
+  if (!(e instanceof SettingError)) throw e;
+  console.error(`--${e.message}`);
+  process.exit(2);
+}
 
 const localMiners = values['local-miners'] === 'auto' ? 'auto' : Number(values['local-miners']);
 if (localMiners !== 'auto' && (!Number.isSafeInteger(localMiners) || localMiners < 0)) {
@@ -57,6 +81,7 @@ if (values.relay !== undefined && values.relay !== 'on' && values.relay !== 'off
 const urls = (list: string): string[] => list.split(',').map((u) => u.trim()).filter(Boolean);
 
 const app = await buildApp({
+  ...operator,
   logger: true,
   webRoot: fileURLToPath(new URL('../../dist/web', import.meta.url)),
   dataRoot: DATA_DIR,

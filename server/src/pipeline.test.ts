@@ -2,7 +2,7 @@ import wrtc from '@roamhq/wrtc';
 import { BatchSampler, LocalTrainer, PRESETS, Stage, exportStageWeights, stageSpecs, stageWeightsHash, type RunLayout } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { generateIdentity, verifySignature } from '@train-at-home/protocol';
-import { PeerMesh, PipelineWorker, coordinatorSignals, register } from '@train-at-home/swarm';
+import { PeerMesh, PipelineWorker, StageMapView, coordinatorSignals, register, restStageMap } from '@train-at-home/swarm';
 import { join } from 'node:path';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -54,8 +54,9 @@ async function startMiner(url: string, losses: number[]): Promise<Miner> {
   const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
   sockets.push(socket);
   await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
-  let stageMap: string[][] = [];
-  socket.on('stages', (m: { stages: string[][] }) => (stageMap = m.stages));
+  const stageMap = new StageMapView(restStageMap(url));
+  socket.on('stages', (m: unknown) => stageMap.snapshot(m));
+  socket.on('stage-delta', (d: unknown) => stageMap.delta(d));
   const identity = generateIdentity();
   const { minerId, stage } = await register(socket, identity, { backend: 'wasm', tokensPerSec: 100 });
   const mesh = new PeerMesh({
@@ -70,7 +71,7 @@ async function startMiner(url: string, losses: number[]): Promise<Miner> {
     stage: model,
     runId: app.coordinator.runId,
     mesh,
-    nextPeers: () => stageMap[stage + 1] ?? [],
+    nextPeers: () => stageMap.peers(stage + 1),
     epoch: () => 0,
     ...schedule,
     onLoss: (r) => losses.push(r.loss),

@@ -38,7 +38,7 @@ function Progress({ label, done, total }: { label: string; done: number; total: 
 }
 
 /** The run as the coordinator reports it: its name, model, miners, latest held-out loss, and whether it starts miners of its own. */
-function useRun(): { name?: string; preset?: string; stages?: number; miners?: number; heldOut?: number; localMiners?: number } {
+function useRun(): { name?: string; preset?: string; stages?: number; miners?: number; emptyStages?: number[]; heldOut?: number; localMiners?: number } {
   const [run, setRun] = useState<ReturnType<typeof useRun>>({});
   useEffect(() => {
     let stop = false;
@@ -46,7 +46,7 @@ function useRun(): { name?: string; preset?: string; stages?: number; miners?: n
       try {
         const [status, metrics] = await Promise.all([fetch('/api/status').then((r) => r.json()), fetch('/api/metrics').then((r) => r.json())]);
         const held = (metrics.latest?.heldOutLoss ?? null) as { value: number } | null;
-        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, heldOut: held?.value, localMiners: status.localMiners?.max });
+        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, emptyStages: status.emptyStages, heldOut: held?.value, localMiners: status.localMiners?.max });
       } catch {
         // the coordinator is away; the tab keeps training and the worker reconnects
       }
@@ -149,7 +149,7 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
           {s.note}
         </p>
       )}
-      {s?.phase === 'waiting' && s.emptyStages.length > 0 && s.stages !== undefined && <WaitingHelp empty={s.emptyStages} stages={s.stages} localMiners={run.localMiners} />}
+      {s?.phase === 'waiting' && run.emptyStages !== undefined && run.emptyStages.length > 0 && s.stages !== undefined && <WaitingHelp empty={run.emptyStages} stages={s.stages} localMiners={run.localMiners} />}
       {tab.probing && <Progress label={`Trying ${tab.probing.backend}`} done={tab.probing.done} total={tab.probing.total} />}
       {s?.progress && <Progress {...s.progress} />}
       <dl className="grid">

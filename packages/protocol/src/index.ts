@@ -3,3 +3,4 @@ export * from './identity';
 export * from './messages';
 export * from './rewards';
 export * from './dashboard';
+export * from './stage-map';

@@ -11,6 +11,8 @@ export interface Registration {
   rounds?: number[];
   /** The run's STUN and TURN servers (TURN credentials minted for this miner) and whether the coordinator relays frames. */
   ice?: IceConfig;
+  /** How often the coordinator wants a heartbeat (its operator's setting). */
+  heartbeatMs?: number;
 }
 
 /** Fresh ICE servers and TURN credentials for this registered miner. */

@@ -11,3 +11,4 @@ export * from './rewards-client';
 export * from './audit';
 export * from './stage-compute';
 export * from './stage-steps';
+export * from './stage-map';

@@ -10,6 +10,10 @@ import { io, type Socket } from 'socket.io-client';
 import { CoordinatorError, coordinatorRelay, coordinatorSignals, getRetrying, register, request, requestIce, type Registration } from './coordinator-client';
 import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
+import { StageMapView, restStageMap } from './stage-map';
+
+/** The heartbeat interval a coordinator asks for, within 0.5…60 s; 2 s when it names none. */
+export const heartbeatEvery = (asked: unknown): number => (typeof asked === 'number' && Number.isFinite(asked) ? Math.min(60_000, Math.max(500, asked)) : 2000);
 
 /** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */
 type ReportEvent = 'loss' | 'receipt' | 'merged';
@@ -31,7 +35,7 @@ export interface MinerOptions {
   deviceCodec?: BoundaryDeviceCodec;
   /** Makes this miner's mesh (default: a PeerMesh here; a browser worker passes a MeshPort to the page's). */
   createMesh?: (options: MeshOptions) => Mesh;
-  /** How often to tell the coordinator this miner is alive. */
+  /** How often to tell the coordinator this miner is alive (default: what the coordinator asks for at registration, else 2 s). */
   heartbeatMs?: number;
   /** A neighbour absent from the stage map this long is taken to have left. */
   departureGraceMs?: number;
@@ -100,8 +104,6 @@ export interface MinerStatus {
   resumedFrom?: string;
   /** The validator flagged this miner: it is out of the pipeline and earns nothing (the reason, as recorded). */
   flagged?: { kind: string; reason: string };
-  /** Stages nobody holds now (the run cannot train until each has a miner). */
-  emptyStages: number[];
 }
 
 /** The validator asks for a payload of a sampled microbatch (see server/src/validator/spot-checks.ts). */
@@ -145,7 +147,12 @@ export class Miner {
   private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean; optimizerHash?: string };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
-  private stageMap: string[][] = [];
+  /** The stages this miner talks to and who holds them (stage-map.ts). */
+  private readonly stageMap = new StageMapView(
+    (stages) => restStageMap(this.o.coordinatorUrl)(stages),
+    (left) => this.onStageMap(left),
+    (line) => this.o.log?.(line),
+  );
   /** Miners that left the stage map less than departureGraceMs ago. */
   private readonly departing = new Set<string>();
   private running = false;
@@ -199,9 +206,9 @@ export class Miner {
     const stage = r?.stage;
     const map = this.stageMap;
     const peers = {
-      replicas: stage === undefined ? [] : (map[stage] ?? []).filter((id) => id !== r?.minerId),
-      previous: stage === undefined || stage === 0 ? [] : (map[stage - 1] ?? []),
-      next: stage === undefined ? [] : (map[stage + 1] ?? []),
+      replicas: stage === undefined ? [] : map.peers(stage).filter((id) => id !== r?.minerId),
+      previous: stage === undefined || stage === 0 ? [] : map.peers(stage - 1),
+      next: stage === undefined ? [] : map.peers(stage + 1),
     };
     const now = performance.now();
     const noPath = this.noPathPeers(now, [...peers.replicas, ...peers.previous, ...peers.next]);
@@ -257,7 +264,6 @@ export class Miner {
       ...(this.progress ? { progress: this.progress } : {}),
       ...(this.resumedFrom ? { resumedFrom: this.resumedFrom } : {}),
       ...(this.flagged ? { flagged: this.flagged } : {}),
-      emptyStages: r ? Array.from({ length: r.layout.stages }, (_, i) => i).filter((i) => (map[i] ?? []).length === 0) : [],
     };
   }
 
@@ -327,7 +333,8 @@ export class Miner {
       socket.once('connect', () => resolve());
       socket.once('connect_error', reject);
     });
-    socket.on('stages', (m: { stages: string[][] }) => this.onStageMap(m.stages));
+    socket.on('stages', (m: unknown) => this.stageMap.snapshot(m));
+    socket.on('stage-delta', (d: unknown) => this.stageMap.delta(d));
     socket.on('disconnect', (reason: string) => {
       this.connectedToCoordinator = false;
       log(`disconnected from the coordinator (${reason}); reconnecting`);
@@ -390,7 +397,7 @@ export class Miner {
     // Every later connection (automatic reconnection, or ours below) registers again.
     socket.on('connect', () => void this.rejoin(socket));
     let seq = 0;
-    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++, status: this.heartbeatStatus() }), this.o.heartbeatMs ?? 2000);
+    this.heartbeat = setInterval(() => socket.emit('heartbeat', { v: PROTOCOL_VERSION, seq: seq++, status: this.heartbeatStatus() }), this.o.heartbeatMs ?? heartbeatEvery(registration.heartbeatMs));
     // Rebalancing: the coordinator moved this miner to a stage that had emptied.
     socket.on('reassigned', (m: { stage: number }) => {
       if (Number.isInteger(m?.stage) && m.stage !== this.registration?.stage) void this.takeStage(m.stage);
@@ -488,8 +495,8 @@ export class Miner {
       stage: model,
       runId: registration.runId,
       mesh: this.mesh!,
-      nextPeers: () => this.stageMap[stage + 1] ?? [],
-      rank: () => (this.stageMap[stage] ?? []).indexOf(minerId),
+      nextPeers: () => this.stageMap.peers(stage + 1),
+      rank: () => this.stageMap.peers(stage).indexOf(minerId),
       rotation: () => (layout.incentives?.rotatePathways === false ? 0 : this.stageRound),
       previousPeers: stage > 0 ? () => this.previousPeers(stage) : undefined,
       epoch: () => 0,
@@ -850,7 +857,7 @@ export class Miner {
    * the grace period (their activations in flight are still good).
    */
   private previousPeers(stage: number): string[] {
-    return [...(this.stageMap[stage - 1] ?? []), ...this.departing];
+    return [...this.stageMap.peers(stage - 1), ...this.departing];
   }
 
   /**
@@ -859,16 +866,12 @@ export class Miner {
    * coordinator rebuilds the map miner by miner: the peers themselves, still
    * connected directly, have not gone anywhere.
    */
-  private onStageMap(stages: string[][]): void {
-    const before = new Set(this.stageMap.flat());
-    this.stageMap = stages;
-    const now = new Set(stages.flat());
-    for (const id of before) {
-      if (now.has(id)) continue;
+  private onStageMap(left: string[]): void {
+    for (const id of left) {
       this.departing.add(id);
       setTimeout(() => {
         this.departing.delete(id);
-        if (!this.running || this.stageMap.flat().includes(id)) return;
+        if (!this.running || this.stageMap.ids().has(id)) return;
         const dropped = this.worker?.forgetPeer(id) ?? 0;
         this.mesh?.close(id);
         if (dropped > 0) this.o.log?.(`miner ${id.slice(0, 8)}… left; ${dropped} microbatch(es) in flight dropped`);
@@ -891,7 +894,7 @@ export class Miner {
       return [this.o.misbehave?.tokens ? this.o.misbehave.tokens(batch) : batch, id];
     };
     // Wait for a miner on the next stage.
-    while (this.running && (this.stageMap[1]?.length ?? 0) === 0) await new Promise((r) => setTimeout(r, 100));
+    while (this.running && this.stageMap.peers(1).length === 0) await new Promise((r) => setTimeout(r, 100));
     let submitted = 0;
     const limit = this.o.maxMicrobatches ?? Infinity;
     const lane = async (): Promise<void> => {

@@ -1,9 +1,9 @@
-import { DASHBOARD_BOUNDS, sane } from '@train-at-home/protocol';
+import { DASHBOARD_BOUNDS, PROTOCOL_VERSION, sane } from '@train-at-home/protocol';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
 import type { LocalMiners } from '../local-miners';
 import { bigramLoss } from '../dashboard/snapshot';
-import { answerBadRequests, integer, limit, optionalMatching, page, type Query } from './query';
+import { BadRequest, answerBadRequests, integer, limit, matching, optionalMatching, page, type Query } from './query';
 
 /** Metric series the API serves, by the name they are stored under. */
 export const SERIES = { train_loss: 'trainLoss', heldout_loss: 'heldOutLoss' } as const;
@@ -47,9 +47,22 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator; localM
   app.get('/api/status', async () => {
     const [{ count }] = (await db.query<{ count: number }>(`SELECT count(*)::int AS count FROM miners WHERE run_id = $1 AND status = 'active'`, [runId])) as [{ count: number }];
     // Whether this coordinator starts miners of its own for stages nobody holds (a tab that waits says so).
-    return { run: coordinator.run, activeMiners: count, database: db.kind, localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 } };
+    // Stages nobody holds (a waiting tab says how many more participants the run needs), as miners were last told.
+    const emptyStages = coordinator.stageFeed.view([...Array(coordinator.run.stages).keys()]).filter((v) => v.miners.length === 0).map((v) => v.stage);
+    return { run: coordinator.run, activeMiners: count, emptyStages, database: db.kind, localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 } };
   });
   app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));
+  /**
+   * Stages as miners were told them (ids and each stage's sequence number): what a miner
+   * that missed a delta fetches for the stages it talks to. `stages`: a comma-separated list.
+   */
+  app.get<{ Querystring: Query }>('/api/stage-map', async (req) => {
+    const raw = matching(req.query.stages ?? '', /^(?:0|[1-9][0-9]{0,3})(?:,(?:0|[1-9][0-9]{0,3})){0,15}$/, 'stages');
+    const stages = [...new Set(raw.split(',').map(Number))];
+    const beyond = stages.find((s) => s >= coordinator.run.stages);
+    if (beyond !== undefined) throw new BadRequest(`stages must be in 0…${coordinator.run.stages - 1}; this run has no stage ${beyond}`);
+    return { v: PROTOCOL_VERSION, stages: coordinator.stageFeed.view(stages) };
+  });
 
   const point = (r: { id: string | number; value: number; at: Date | string; round: number | null }): MetricPoint => ({
     id: Number(r.id),

@@ -9,9 +9,12 @@ import type { Coordinator } from '../coordinator';
 import { eventArgs, type Ack } from './ack';
 import { SocketRateLimits } from './rate-limits';
 import { iceFor } from '../network';
+import { stageRoom } from '../stage-map';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */
 export const CHALLENGE_TTL_MS = 60_000;
+/** The first key of the advisory lock that serializes stage assignment within a run (the second is the run's id). */
+export const ASSIGNMENT_LOCK = 0x7a4;
 /** Rejected messages a connection may send before it is disconnected. */
 export const MAX_REJECTIONS = 5;
 /**
@@ -111,6 +114,9 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       }
       const minerId = msg.publicKey.slice(2).toLowerCase();
       const stage = await coordinator.db.transaction(async (tx) => {
+        // One assignment at a time per run: concurrent registrations on a PostgreSQL server each read the
+        // same counts and crowded one stage (PGlite runs one transaction at a time anyway).
+        await tx.query('SELECT pg_advisory_xact_lock($1, $2)', [ASSIGNMENT_LOCK, coordinator.runId]);
         const members = await tx.query<StageMember>(
           `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2`,
           [coordinator.runId, minerId],
@@ -141,13 +147,16 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       state.minerId = minerId;
       held.stage = stage;
       coordinator.noteMiner(minerId);
+      coordinator.liveness.seen(minerId);
       // The latest registration owns the miner: an older connection of it is closed, and its close changes nothing.
       const older = coordinator.sockets.get(minerId);
       coordinator.sockets.set(minerId, socket);
       if (older && older !== socket) older.disconnect(true);
-      socket.join(`stage:${stage}`);
-      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run, rounds: coordinator.phases.status().map((s) => s.round), ice: iceFor(coordinator.network, minerId) });
-      await coordinator.broadcastStageMap();
+      // Joined, answered and sent the stages it talks to in one go: every delta after this snapshot reaches it.
+      socket.join(stageRoom(stage));
+      ack({ ok: true, minerId, stage, runId: coordinator.runId, layout: coordinator.run, rounds: coordinator.phases.status().map((s) => s.round), ice: iceFor(coordinator.network, minerId), heartbeatMs: coordinator.heartbeatMs });
+      socket.emit('stages', coordinator.stageFeed.snapshot(stage));
+      await coordinator.publishStageMap();
     });
 
     // Fresh TURN credentials: a miner asks before its own expire, and when a connection through TURN failed.
@@ -158,7 +167,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
 
     handle('heartbeat', async (msg, ack) => {
       if (!state.minerId) throw new ProtocolError('NOT_REGISTERED', 'register first');
-      await coordinator.db.query('UPDATE miners SET last_seen_at = now() WHERE id = $1', [state.minerId]);
+      coordinator.liveness.seen(state.minerId); // memory only: written in batches (liveness.ts)
       if (msg.status) coordinator.live.report(state.minerId, msg.status);
       ack({ ok: true });
     });
@@ -301,9 +310,10 @@ export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
     await coordinator.db.query('UPDATE miners SET stage = $1, stage_since = now() WHERE id = $2', [move.to, move.id]);
     const socket = coordinator.sockets.get(move.id);
     if (socket) (socket.data as MinerSocketData).stage = move.to;
-    socket?.leave(`stage:${move.from}`);
-    socket?.join(`stage:${move.to}`);
+    socket?.leave(stageRoom(move.from));
+    socket?.join(stageRoom(move.to));
     socket?.emit('reassigned', { stage: move.to, reason: `stage ${move.to} had no miner` });
+    socket?.emit('stages', coordinator.stageFeed.snapshot(move.to));
   }
-  await coordinator.broadcastStageMap();
+  await coordinator.publishStageMap();
 }

@@ -1,0 +1,74 @@
+import type { AppOptions, HttpLimits } from './app';
+import { DEFAULT_SOCKET_RATES, type RatedEvent, type SocketRate, type SocketRates } from './socket/rate-limits';
+
+/** A setting an operator gave that cannot be used: named, with what it must be. */
+export class SettingError extends Error {
+  constructor(
+    readonly setting: string,
+    message: string,
+  ) {
+    super(`${setting}: ${message}`);
+    this.name = 'SettingError';
+  }
+}
+
+/** How often miners send a heartbeat unless the operator says otherwise. */
+export const DEFAULT_HEARTBEAT_MS = 2000;
+/** A miner is dropped after this many heartbeat intervals of silence (at least 15 s). */
+export const SILENT_HEARTBEATS = 7.5;
+export const MIN_SILENT_MS = 15_000;
+
+/**
+ * The limits and timings an operator sets on the command line or in the
+ * environment (the flag wins), each checked; the values as given, by name:
+ *   --max-connections-per-ip N          TAH_MAX_CONNECTIONS_PER_IP
+ *   --requests-per-ip-per-minute N      TAH_REQUESTS_PER_IP_PER_MINUTE
+ *   --socket-rates event=max/ms,…       TAH_SOCKET_RATES   (e.g. heartbeat=10/1000,receipt=800/1000)
+ *   --heartbeat-ms N                    TAH_HEARTBEAT_MS   (told to miners when they register)
+ *   --silent-ms N                       TAH_SILENT_MS      (default: 7.5 heartbeats, at least 15 s)
+ */
+export interface OperatorInput {
+  maxConnectionsPerIp?: string;
+  requestsPerIpPerMinute?: string;
+  socketRates?: string;
+  heartbeatMs?: string;
+  silentMs?: string;
+}
+
+export const OPERATOR_FLAGS = {
+  'max-connections-per-ip': 'TAH_MAX_CONNECTIONS_PER_IP',
+  'requests-per-ip-per-minute': 'TAH_REQUESTS_PER_IP_PER_MINUTE',
+  'socket-rates': 'TAH_SOCKET_RATES',
+  'heartbeat-ms': 'TAH_HEARTBEAT_MS',
+  'silent-ms': 'TAH_SILENT_MS',
+} as const;
+
+function whole(setting: string, raw: string, min: number, max: number): number {
+  if (!/^[0-9]+$/.test(raw.trim()) || Number(raw) < min || Number(raw) > max) throw new SettingError(setting, `must be a whole number in ${min}…${max}, not ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+
+/** `event=max/ms,…`: budgets of socket events (socket/rate-limits.ts); events not named keep theirs. */
+export function parseSocketRates(raw: string): Partial<SocketRates> {
+  const out: Partial<SocketRates> = {};
+  for (const part of raw.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const m = /^([a-z-]+)=([0-9]+)\/([0-9]+)$/.exec(part);
+    if (!m) throw new SettingError('socket-rates', `each entry is event=max/ms (heartbeat=10/1000), not ${JSON.stringify(part)}`);
+    const event = m[1] as RatedEvent;
+    if (!Object.hasOwn(DEFAULT_SOCKET_RATES, event)) throw new SettingError('socket-rates', `no event ${event}; events: ${Object.keys(DEFAULT_SOCKET_RATES).join(', ')}`);
+    const rate: SocketRate = { max: whole(`socket-rates ${event} max`, m[2]!, 1, 1_000_000), perMs: whole(`socket-rates ${event} ms`, m[3]!, 1000, 3_600_000) };
+    out[event] = rate;
+  }
+  return out;
+}
+
+/** What the operator's settings make of the app's options. */
+export function operatorSettings(input: OperatorInput): Pick<AppOptions, 'http' | 'socketRates' | 'heartbeatMs' | 'silentMs'> {
+  const http: Partial<HttpLimits> = {};
+  if (input.maxConnectionsPerIp !== undefined) http.maxConnectionsPerIp = whole('max-connections-per-ip', input.maxConnectionsPerIp, 1, 1_000_000);
+  if (input.requestsPerIpPerMinute !== undefined) http.requestsPerIpPerMinute = whole('requests-per-ip-per-minute', input.requestsPerIpPerMinute, 1, 10_000_000);
+  const heartbeatMs = input.heartbeatMs === undefined ? DEFAULT_HEARTBEAT_MS : whole('heartbeat-ms', input.heartbeatMs, 500, 60_000);
+  const silentMs = input.silentMs === undefined ? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * heartbeatMs) : whole('silent-ms', input.silentMs, 1000, 3_600_000);
+  if (silentMs < 2 * heartbeatMs) throw new SettingError('silent-ms', `must be at least two heartbeats (${2 * heartbeatMs} ms): a miner would be dropped between two of its heartbeats`);
+  return { http, socketRates: input.socketRates === undefined ? {} : parseSocketRates(input.socketRates), heartbeatMs, silentMs };
+}

@@ -1,0 +1,67 @@
+import { PROTOCOL_VERSION, neighbourhood, stageChange, type StageDelta, type StageSnapshot, type StageView } from '@train-at-home/protocol';
+
+/** Where the feed sends a delta: the rooms of the stages that talk to it (their miners get it once each). */
+export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
+
+/** The room a stage's miners are in (socket.io). */
+export const stageRoom = (stage: number): string => `stage:${stage}`;
+
+/**
+ * The stage map as miners were told it, and what tells them (protocol's
+ * stage-map.ts). `publish` reads who holds which stage from the database
+ * (whatever changed it: a registration, a departure, a drop, a flag, a
+ * rebalance) and sends each stage that changed as one delta, numbered, encoded
+ * once for the rooms of the stages that talk to it. Calls made while a
+ * publish runs are folded into one more: a burst of joins costs one read.
+ * A snapshot (`view`) is taken from what was published, never from the
+ * database, so that it and the deltas after it follow one numbering.
+ */
+export class StageMapFeed {
+  private readonly published: StageView[];
+  private tail: Promise<void> = Promise.resolve();
+  private queued?: Promise<void>;
+
+  constructor(
+    private readonly stages: number,
+    private readonly read: () => Promise<string[][]>,
+    private readonly sink: StageDeltaSink,
+  ) {
+    this.published = Array.from({ length: stages }, (_, stage) => ({ stage, seq: 0, miners: [] }));
+  }
+
+  /** Publishes what changed; resolves once a read begun after this call has been published. */
+  publish(): Promise<void> {
+    if (this.queued) return this.queued;
+    const next = this.tail.then(() => {
+      this.queued = undefined;
+      return this.once();
+    });
+    this.queued = next;
+    this.tail = next.catch(() => {});
+    return next;
+  }
+
+  private async once(): Promise<void> {
+    const now = await this.read();
+    for (let stage = 0; stage < this.stages; stage++) {
+      const before = this.published[stage]!;
+      const miners = [...(now[stage] ?? [])].sort();
+      const { joined, left } = stageChange(before.miners, miners);
+      if (joined.length === 0 && left.length === 0) continue;
+      const seq = before.seq + 1;
+      this.published[stage] = { stage, seq, miners };
+      // The stages whose miners talk to this one are the ones it talks to.
+      this.sink(neighbourhood(stage, this.stages).map(stageRoom), { v: PROTOCOL_VERSION, stage, seq, joined, left });
+    }
+  }
+
+  /** The published views of some stages (a miner's neighbourhood, or what it asked for after a gap). */
+  view(stages: number[]): StageView[] {
+    return stages.filter((s) => Number.isInteger(s) && s >= 0 && s < this.stages).map((s) => this.published[s]!);
+  }
+
+  /** What a miner of `stage` is sent when it registers or moves: the stages it talks to. */
+  snapshot(stage: number): StageSnapshot {
+    return { v: PROTOCOL_VERSION, stages: this.view(neighbourhood(stage, this.stages)) };
+  }
+}
