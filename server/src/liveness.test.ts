@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { simHarness, simMiners } from './testing/sim-miners';
+import { simHarness } from './testing/sim-harness';
+import { simMiners } from './testing/sim-miners';
 
 const h = simHarness();
 

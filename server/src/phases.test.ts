@@ -29,6 +29,9 @@ beforeAll(async () => {
   for (const reporter of [A, B]) {
     await app.db.query(`INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash) VALUES ($1, 0, 'x1', 'activation', $2, $3, $4, 100, 'h')`, [runId, A, B, reporter]);
   }
+  // What the receipt handler does when the second of them comes in (these rows were written directly).
+  const now = new Date();
+  app.coordinator.phases.noteVerified('x1', A, B, now, now);
 });
 afterAll(() => app?.close());
 
@@ -62,6 +65,8 @@ describe('merge deadlines', () => {
     for (const reporter of [A, B]) {
       await app.db.query(`INSERT INTO receipts (run_id, epoch, activation_id, direction, from_miner, to_miner, reporter, bytes, payload_hash) VALUES ($1, 0, 'x2', 'activation', $2, $3, $4, 100, 'h')`, [runId, A, B, reporter]);
     }
+    const now = new Date();
+    app.coordinator.phases.noteVerified('x2', A, B, now, now);
     await expect.poll(() => merges(B), { timeout: 10_000, interval: 20 }).toBeGreaterThan(mergesBefore);
     const called = performance.now();
     // The process stalls for longer than STALL_MS again and again: its timers are never trusted in that time.

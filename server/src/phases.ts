@@ -52,6 +52,13 @@ export class PhaseMachine {
    * `merged`: the replicas whose merge went through with the majority's weights.
    */
   onRoundClosed?: (stage: number, round: number, merged: string[]) => Promise<void>;
+  /**
+   * Activation transfers both ends confirmed alike (same bytes and hash), with the arrival times (ms) of their
+   * two receipts: told by the receipt handler when the second one comes in (noteVerified), kept while a stage's
+   * window may still count them. Verified work is counted from these, never recomputed from every receipt.
+   */
+  private verified: Array<{ key: string; from: string; to: string; first: number; last: number }> = [];
+  private readonly verifiedKeys = new Set<string>();
 
   constructor(private readonly c: Coordinator) {
     this.stages = Array.from({ length: c.run.stages }, () => this.fresh(0));
@@ -129,21 +136,41 @@ export class PhaseMachine {
     this.c.sockets.get(next)!.emit('checkpoint', { v: PROTOCOL_VERSION, stage, round: a.round, hash: a.hash });
   }
 
-  /** Verified microbatches per active miner of a stage in [from, to): activations both ends confirmed. */
+  /**
+   * A transfer's second receipt came in and both ends agree (socket/registration.ts): it counts as verified
+   * work of its receiver (and, from stage 0, of its sender) in any window that holds both receipts' arrivals.
+   */
+  noteVerified(activationId: string, from: string, to: string, a: Date | string, b: Date | string): void {
+    const key = `${activationId}:${from}:${to}`;
+    if (this.verifiedKeys.has(key)) return; // both receipts' handlers may see the pair
+    this.verifiedKeys.add(key);
+    const [t1, t2] = [new Date(a).getTime(), new Date(b).getTime()];
+    this.verified.push({ key, from, to, first: Math.min(t1, t2), last: Math.max(t1, t2) });
+  }
+
+  /** Verified microbatches per active miner of a stage in [from, to): activations both ends confirmed, both receipts in the window. */
   private async verifiedWork(stage: number, from: Date, to: Date): Promise<Record<string, number>> {
-    const rows = await this.c.db.query<{ id: string; n: number }>(
-      `WITH verified AS (
-         SELECT activation_id, from_miner, to_miner FROM receipts
-         WHERE run_id = $1 AND direction = 'activation' AND created_at >= $2 AND created_at < $3
-         GROUP BY activation_id, from_miner, to_miner
-         HAVING count(*) = 2 AND count(DISTINCT (bytes, payload_hash)) = 1)
-       SELECT m.id, count(v.activation_id)::int AS n FROM miners m
-       LEFT JOIN verified v ON (m.stage > 0 AND v.to_miner = m.id) OR (m.stage = 0 AND v.from_miner = m.id)
-       WHERE m.run_id = $1 AND m.status = 'active' AND m.stage = $4
-       GROUP BY m.id`,
-      [this.c.runId, from, to, stage],
-    );
-    return Object.fromEntries(rows.map((r) => [r.id, r.n]));
+    const members = await this.c.db.query<{ id: string }>(`SELECT id FROM miners WHERE run_id = $1 AND status = 'active' AND stage = $2`, [this.c.runId, stage]);
+    const work: Record<string, number> = Object.fromEntries(members.map((m) => [m.id, 0]));
+    const [start, end] = [from.getTime(), to.getTime()];
+    for (const v of this.verified) {
+      if (v.first < start || v.last >= end) continue;
+      const credited = stage === 0 ? v.from : v.to;
+      if (work[credited] !== undefined) work[credited]++;
+    }
+    return work;
+  }
+
+  /** Verified microbatches per active miner of a stage since its last merge (what its next merge waits for and weighs by). */
+  workSinceMerge(stage: number): Promise<Record<string, number>> {
+    return this.verifiedWork(stage, this.stages[stage]!.since, new Date(Date.now() + 1));
+  }
+
+  /** Forgets verified transfers that no stage's window can count any more (they began before every stage's `since`). */
+  private pruneVerified(): void {
+    const oldest = Math.min(...this.stages.map((s) => s.since.getTime()));
+    for (const v of this.verified) if (v.first < oldest) this.verifiedKeys.delete(v.key);
+    this.verified = this.verified.filter((v) => v.first >= oldest);
   }
 
   private async startMerge(stage: number, s: StageState, members: string[]): Promise<void> {
@@ -363,6 +390,7 @@ export class PhaseMachine {
       this.awaited[stage] = { round: closed, hash: majority, holders, askAt: Date.now() + CHECKPOINT_WAIT_MS };
     }
     Object.assign(s, { ...this.fresh(s.round), since, busy: s.busy });
+    this.pruneVerified();
     if (this.onRoundClosed) await this.onRoundClosed(stage, closed, merged).catch((e: unknown) => this.c.log.error({ err: e }, 'audits of a closed round failed to start'));
   }
 }

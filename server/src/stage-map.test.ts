@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { countSentBytes, simHarness, simMiner, simMiners, type SimMiner } from './testing/sim-miners';
+import { simHarness } from './testing/sim-harness';
+import { countSentBytes, simMiner, simMiners, type SimMiner } from './testing/sim-miners';
 
 const h = simHarness();
 

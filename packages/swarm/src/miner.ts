@@ -148,11 +148,10 @@ export class Miner {
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   /** The stages this miner talks to and who holds them (stage-map.ts). */
-  private readonly stageMap = new StageMapView(
-    (stages) => restStageMap(this.o.coordinatorUrl)(stages),
-    (left) => this.onStageMap(left),
-    (line) => this.o.log?.(line),
-  );
+  private readonly stageMap = new StageMapView((stages) => restStageMap(this.o.coordinatorUrl)(stages), {
+    onLeft: (left) => this.onStageMap(left),
+    log: (line) => this.o.log?.(line),
+  });
   /** Miners that left the stage map less than departureGraceMs ago. */
   private readonly departing = new Set<string>();
   private running = false;

@@ -8,7 +8,8 @@ const delta = (stage: number, seq: number, joined: number[], left: number[] = []
 describe('StageMapView', () => {
   it('applies deltas in order, ignores stale ones, and tells of miners gone from every stage it talks to', () => {
     const left: string[][] = [];
-    const view = new StageMapView(async () => [], (ids) => left.push(ids));
+    let changes = 0;
+    const view = new StageMapView(async () => [], { onLeft: (ids) => left.push(ids), onChange: () => changes++ });
     view.snapshot({ v: PROTOCOL_VERSION, stages: [{ stage: 0, seq: 3, miners: [id(5), id(1)] }, { stage: 1, seq: 7, miners: [id(2)] }] });
     expect(view.peers(0)).toEqual([id(1), id(5)]);
     view.delta(delta(0, 4, [3, 9, 0]));
@@ -23,6 +24,7 @@ describe('StageMapView', () => {
     expect(left).toEqual([[id(5)]]);
     expect(view.seq(0)).toBe(5);
     expect(view.refetches).toBe(0);
+    expect(changes).toBe(4); // the snapshot and three deltas applied
     // Malformed messages change nothing.
     view.delta({ ...delta(0, 6, [4]), joined: ['not an id'] });
     view.snapshot({ stages: [{ stage: -1, seq: 0, miners: [] }] });

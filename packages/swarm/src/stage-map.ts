@@ -15,11 +15,19 @@ export class StageMapView {
   /** Stages fetched again after a missed delta (the miner's status and tests read it). */
   refetches = 0;
 
+  private readonly onLeft: (ids: string[]) => void;
+  private readonly onChange: () => void;
+  private readonly log: (line: string) => void;
+
+  /** `onChange`: after any change, once the view holds it; `onLeft`: the miners that left it. */
   constructor(
     private readonly fetchStages: (stages: number[]) => Promise<StageView[]>,
-    private readonly onLeft: (ids: string[]) => void = () => {},
-    private readonly log: (line: string) => void = () => {},
-  ) {}
+    o: { onLeft?: (ids: string[]) => void; onChange?: () => void; log?: (line: string) => void } = {},
+  ) {
+    this.onLeft = o.onLeft ?? (() => {});
+    this.onChange = o.onChange ?? (() => {});
+    this.log = o.log ?? (() => {});
+  }
 
   /** The miners of a stage, as far as this miner knows (none for a stage it does not talk to). */
   peers(stage: number): string[] {
@@ -44,6 +52,7 @@ export class StageMapView {
     this.views.clear();
     for (const v of stages) this.views.set(v.stage, { stage: v.stage, seq: v.seq, miners: [...v.miners].sort() });
     this.left([...before]);
+    this.onChange();
   }
 
   /** The coordinator's `stage-delta` message. */
@@ -61,6 +70,7 @@ export class StageMapView {
     if (next === 'gap') return void this.refetch(d);
     this.views.set(d.stage, next);
     this.left(d.left);
+    this.onChange();
   }
 
   /** Tells of the miners among `candidates` that are in no stage of the view any more. */
@@ -87,6 +97,7 @@ export class StageMapView {
     if (fetched && view && fetched.seq > view.seq) {
       this.views.set(stage, { stage, seq: fetched.seq, miners: [...fetched.miners].sort() });
       this.left(view.miners);
+      this.onChange();
     }
     // What came meanwhile: applied in order (a later gap fetches again; a failed fetch is retried by the next delta).
     if (fetched) for (const d of waiting.sort((a, b) => a.seq - b.seq)) this.delta(d);

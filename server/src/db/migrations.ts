@@ -412,4 +412,13 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE audit_rounds ADD COLUMN full_rate double precision, ADD COLUMN unproven jsonb;
     `,
   },
+  {
+    version: 17,
+    name: 'active miners by stage',
+    sql: `
+      -- What the stage map, each stage's merge members and /api/status read (every second, and on every join or
+      -- departure): the run's active miners, by stage, without a scan of everyone who ever joined.
+      CREATE INDEX miners_active_by_stage ON miners (run_id, status, stage);
+    `,
+  },
 ];

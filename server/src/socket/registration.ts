@@ -240,6 +240,14 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
         [coordinator.runId, msg.epoch, msg.activationId, msg.direction, msg.from, msg.to, state.minerId, msg.bytes, msg.payloadHash, arrived],
       );
       if (inserted.length === 0) throw new ProtocolError('REPLAYED', 'this transfer was already confirmed by this miner');
+      if (msg.direction === 'activation') {
+        // The other end's receipt, if in: both agreeing is a verified microbatch (the phase machine counts it; one indexed lookup).
+        const [other] = await coordinator.db.query<{ bytes: number; payload_hash: string; created_at: Date | string }>(
+          `SELECT bytes, payload_hash, created_at FROM receipts WHERE run_id = $1 AND activation_id = $2 AND direction = 'activation' AND from_miner = $3 AND to_miner = $4 AND reporter = $5`,
+          [coordinator.runId, msg.activationId, msg.from, msg.to, peer],
+        );
+        if (other && other.bytes === msg.bytes && other.payload_hash === msg.payloadHash) coordinator.phases.noteVerified(msg.activationId, msg.from, msg.to, other.created_at, arrived);
+      }
       if (msg.to === state.minerId && held.stage !== undefined) coordinator.live.transfer(msg.direction, held.stage, msg.bytes);
       ack({ ok: true });
     });

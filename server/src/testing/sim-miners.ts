@@ -2,9 +2,6 @@ import { generateIdentity, PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { StageMapView, register, restStageMap } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import type { Server } from 'socket.io';
-import { afterEach } from 'vitest';
-import { buildApp, type App, type AppOptions } from '../app';
-import { testDatabase } from '../db/test-database';
 
 /**
  * A simulated miner: a real client's connection, sr25519 registration and
@@ -16,6 +13,8 @@ export interface SimMiner {
   minerId: string;
   stage: number;
   view: StageMapView;
+  /** The heartbeat interval the coordinator asked for. */
+  heartbeatMs: number;
   /** Sends one heartbeat the way the client does; resolves with its round-trip time (ms). */
   heartbeat(): Promise<number>;
   close(): void;
@@ -31,13 +30,14 @@ export async function simMiner(url: string): Promise<SimMiner> {
   // Attached before registering: the snapshot comes right after the registration's answer.
   socket.on('stages', (m: unknown) => view.snapshot(m));
   socket.on('stage-delta', (d: unknown) => view.delta(d));
-  const { minerId, stage } = await register(socket, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 });
+  const { minerId, stage, heartbeatMs } = await register(socket, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 });
   let seq = 0;
   return {
     socket,
     minerId,
     stage,
     view,
+    heartbeatMs: heartbeatMs ?? 2000,
     heartbeat: () =>
       new Promise((resolve) => {
         const t = performance.now();
@@ -47,10 +47,16 @@ export async function simMiner(url: string): Promise<SimMiner> {
   };
 }
 
-/** Registers `n` simulated miners, `concurrency` at a time. */
-export async function simMiners(url: string, n: number, concurrency = 50): Promise<SimMiner[]> {
+/** Registers `n` simulated miners, `concurrency` at a time; `took` collects each one's time from connecting to registered (ms). */
+export async function simMiners(url: string, n: number, concurrency = 50, took?: number[]): Promise<SimMiner[]> {
   const out: SimMiner[] = [];
-  for (let i = 0; i < n; i += concurrency) out.push(...(await Promise.all(Array.from({ length: Math.min(concurrency, n - i) }, () => simMiner(url)))));
+  const one = async (): Promise<SimMiner> => {
+    const t = performance.now();
+    const m = await simMiner(url);
+    took?.push(performance.now() - t);
+    return m;
+  };
+  for (let i = 0; i < n; i += concurrency) out.push(...(await Promise.all(Array.from({ length: Math.min(concurrency, n - i) }, one))));
   return out;
 }
 
@@ -65,26 +71,4 @@ export function countSentBytes(io: Server): { bytes: number; packets: number } {
   for (const s of io.of('/').sockets.values()) watch(s.conn);
   io.engine.on('connection', watch);
   return counter;
-}
-
-/**
- * A test's coordinator (`tiny`, on the test database, listening on a free
- * loopback port) and its simulated miners, all closed after each test.
- * Simulated miners send no heartbeats unless told: silence is 10 minutes.
- */
-export function simHarness() {
-  const h = {
-    app: undefined as App | undefined,
-    miners: [] as SimMiner[],
-    async start(name: string, stages = 3, options: Omit<AppOptions, 'database' | 'run'> = {}): Promise<string> {
-      h.app = await buildApp({ silentMs: 600_000, ...options, run: { name, preset: 'tiny', stages, bottleneck: 32 }, database: await testDatabase() });
-      return h.app.fastify.listen({ port: 0, host: '127.0.0.1' });
-    },
-  };
-  afterEach(async () => {
-    h.miners.splice(0).forEach((m) => m.close());
-    await h.app?.close();
-    h.app = undefined;
-  });
-  return h;
 }
