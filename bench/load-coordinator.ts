@@ -1,0 +1,23 @@
+/**
+ * The coordinator bench/load.ts measures, in a process of its own (the
+ * generator's miners do not share its event loop): the `tiny` run of 3 stages
+ * on the embedded database (TAH_LOAD_DATA_DIR) or a PostgreSQL server
+ * (TAH_LOAD_DATABASE_URL), with the connection cap and per-IP request limit
+ * raised (every simulated miner comes from 127.0.0.1) and the validator's
+ * spot checks and audits off (simulated miners carry no model to replay: the
+ * validator's cost is bench:audit's). Over IPC: { url } once listening, then
+ * { rssMb } whenever asked.
+ */
+import { buildApp } from '../server/src/app';
+
+const app = await buildApp({
+  run: { name: 'load', preset: 'tiny', stages: 3, bottleneck: 32, incentives: { spotCheckRate: 0, auditRate: 0 } },
+  database: process.env.TAH_LOAD_DATABASE_URL ? { url: process.env.TAH_LOAD_DATABASE_URL } : { dataDir: process.env.TAH_LOAD_DATA_DIR! },
+  http: { maxConnectionsPerIp: 1_000_000, requestsPerIpPerMinute: 10_000_000 },
+});
+const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
+process.send!({ url });
+process.on('message', (m: { rss?: boolean; stop?: boolean }) => {
+  if (m.rss) process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20 });
+  if (m.stop) void app.close().then(() => process.exit(0));
+});

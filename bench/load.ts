@@ -1,0 +1,194 @@
+/**
+ * npm run bench:load — how many miners one coordinator process holds.
+ *
+ * The coordinator runs in a process of its own (bench/load-coordinator.ts:
+ * `tiny`, 3 stages, the embedded database); this process is the generator,
+ * on the same machine: simulated miners that behave like the real client
+ * (server/src/testing/sim-miners.ts: sr25519 registration, the stage map
+ * they are sent and its deltas, a heartbeat at the interval the coordinator
+ * names, 2 s by default), and 30 training pipelines (a miner of each stage)
+ * reporting 1 microbatch a second each: both ends' receipts of every
+ * activation and gradient, and the last stage's loss. The ramp adds miners
+ * step by step and measures, over WINDOW_MS at each count: heartbeat
+ * round-trip p99, /api/status p99, the coordinator's RSS, and the bytes each
+ * miner received from the coordinator per minute. It stops when heartbeat
+ * p99 passes 500 ms or any miner is dropped.
+ *
+ * Measured here: one process on the embedded database. Not measured: one
+ * process on PostgreSQL and two processes behind Redis (scale-out mode is
+ * not built; issue 22 item 4): their keys are null, and say so.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PROTOCOL_VERSION } from '@train-at-home/protocol';
+import { finish, machine } from './lib';
+import { simMiners, type SimMiner } from '../server/src/testing/sim-miners';
+
+const STEPS = (process.env.TAH_LOAD_STEPS ?? '100,300,600,1000,2000,3000,5000,7500,10000').split(',').map(Number);
+const WINDOW_MS = Number(process.env.TAH_LOAD_WINDOW_MS ?? 30_000);
+const PIPELINES = 30;
+const HB_LIMIT_MS = 500;
+
+const p99 = (xs: number[]): number => {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]!;
+};
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function startCoordinator(dataDir: string): Promise<{ child: ChildProcess; url: string }> {
+  const child = fork(join(import.meta.dirname, 'load-coordinator.ts'), [], { execArgv: ['--import', 'tsx'], env: { ...process.env, TAH_LOAD_DATA_DIR: dataDir }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  return new Promise((resolve, reject) => {
+    child.once('message', (m: { url: string }) => resolve({ child, url: m.url }));
+    child.once('exit', (code) => reject(new Error(`the coordinator exited (${code})`)));
+  });
+}
+const rssOf = (child: ChildProcess): Promise<number> =>
+  new Promise((resolve) => {
+    const on = (m: { rssMb?: number }): void => {
+      if (m.rssMb === undefined) return;
+      child.off('message', on);
+      resolve(m.rssMb);
+    };
+    child.on('message', on);
+    child.send({ rss: true });
+  });
+
+interface Step {
+  miners: number;
+  registrationP99Ms: number;
+  hbP99Ms: number;
+  statusP99Ms: number;
+  rssMb: number;
+  bytesPerMinerPerMin: number;
+  stageMapBytesPerMinerPerMin: number;
+  dropped: number;
+  microbatchesReported: number;
+}
+
+const dataDir = mkdtempSync(join(tmpdir(), 'tah-load-'));
+const { child, url } = await startCoordinator(dataDir);
+const miners: SimMiner[] = [];
+let dropped = 0;
+const received = new Map<SimMiner, number>();
+/** Of those, the stage map's (snapshots and deltas). */
+let stageMapBytes = 0;
+const hbRtts: number[] = [];
+const beats = new Map<SimMiner, ReturnType<typeof setInterval>>();
+
+/** A registered miner: counts the bytes it is sent, heartbeats like the client, and notices being dropped. */
+function watch(m: SimMiner): void {
+  received.set(m, 0);
+  m.socket.io.engine.on('packet', (p: { data?: unknown }) => {
+    const n = typeof p.data === 'string' ? Buffer.byteLength(p.data) : p.data instanceof ArrayBuffer || ArrayBuffer.isView(p.data) ? (p.data as ArrayBuffer).byteLength : 0;
+    received.set(m, received.get(m)! + 1 + n);
+    if (typeof p.data === 'string' && p.data.startsWith('2["stage')) stageMapBytes += 1 + n;
+  });
+  m.socket.on('disconnect', () => dropped++);
+  // Spread over the interval, as independent clients are.
+  setTimeout(() => beats.set(m, setInterval(() => void m.heartbeat().then((ms) => hbRtts.push(ms)), m.heartbeatMs)), Math.random() * m.heartbeatMs);
+}
+
+/** 30 pipelines, each a miner of every stage, reporting one microbatch a second: every receipt both ends send, and the loss. */
+let reported = 0;
+function pipelines(): () => void {
+  const byStage = [0, 1, 2].map((s) => miners.filter((m) => m.stage === s));
+  const lanes = Array.from({ length: PIPELINES }, (_, i) => byStage.map((ms) => ms[i % ms.length]!));
+  const emit = (by: SimMiner, event: string, msg: object): Promise<unknown> => new Promise((resolve) => by.socket.emit(event, { v: PROTOCOL_VERSION, ...msg }, resolve));
+  const timers = lanes.map((lane, i) =>
+    setTimeout(
+      () =>
+        (timers[i] = setInterval(async () => {
+          const activationId = randomBytes(16).toString('hex');
+          const receipt = async (direction: 'activation' | 'gradient', from: SimMiner, to: SimMiner): Promise<void> => {
+            const payloadHash = randomBytes(32).toString('hex');
+            for (const by of [from, to]) await emit(by, 'receipt', { epoch: 0, activationId, direction, from: from.minerId, to: to.minerId, bytes: 40_000, payloadHash });
+          };
+          await receipt('activation', lane[0]!, lane[1]!);
+          await receipt('activation', lane[1]!, lane[2]!);
+          await emit(lane[2]!, 'loss', { epoch: 0, activationId, pathway: lane.map((m) => m.minerId), loss: 4 + Math.random() * 0.01 });
+          await receipt('gradient', lane[2]!, lane[1]!);
+          await receipt('gradient', lane[1]!, lane[0]!);
+          reported++;
+        }, 1000) as unknown as ReturnType<typeof setTimeout>),
+      (i / PIPELINES) * 1000,
+    ),
+  );
+  return () => timers.forEach((t) => clearInterval(t));
+}
+
+const steps: Step[] = [];
+let stopPipelines: (() => void) | undefined;
+for (const target of STEPS) {
+  const regMs: number[] = [];
+  const t0 = performance.now();
+  while (miners.length < target) {
+    const batch = await simMiners(url, Math.min(50, target - miners.length), 50, regMs);
+    batch.forEach(watch);
+    miners.push(...batch);
+  }
+  console.log(`${target} miners registered in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  if (!stopPipelines) stopPipelines = pipelines();
+  await sleep(5000); // settle: the joins' deltas and the heartbeats' phases
+  hbRtts.length = 0;
+  for (const m of miners) received.set(m, 0);
+  stageMapBytes = 0;
+  const reportedBefore = reported;
+  const statusMs: number[] = [];
+  const windowStart = performance.now();
+  while (performance.now() - windowStart < WINDOW_MS) {
+    const t = performance.now();
+    await fetch(`${url}/api/status`).then((r) => r.json());
+    statusMs.push(performance.now() - t);
+    await sleep(500);
+  }
+  const minutes = (performance.now() - windowStart) / 60_000;
+  const bytes = [...received.values()].reduce((a, b) => a + b, 0);
+  const step: Step = {
+    miners: miners.length,
+    registrationP99Ms: Math.round(p99(regMs)),
+    hbP99Ms: Math.round(p99(hbRtts)),
+    statusP99Ms: Math.round(p99(statusMs)),
+    rssMb: Math.round(await rssOf(child)),
+    bytesPerMinerPerMin: Math.round(bytes / miners.length / minutes),
+    stageMapBytesPerMinerPerMin: Math.round(stageMapBytes / miners.length / minutes),
+    dropped,
+    microbatchesReported: reported - reportedBefore,
+  };
+  steps.push(step);
+  console.log(JSON.stringify(step));
+  if (step.hbP99Ms > HB_LIMIT_MS || dropped > 0) break;
+}
+stopPipelines?.();
+beats.forEach((t) => clearInterval(t));
+miners.forEach((m) => m.close());
+child.send({ stop: true });
+await new Promise((r) => child.once('exit', r));
+rmSync(dataDir, { recursive: true, force: true });
+
+const held = steps.filter((s) => s.hbP99Ms <= HB_LIMIT_MS && s.dropped === 0);
+const best = held.at(-1);
+console.log('miners | registration p99 | heartbeat p99 | /api/status p99 | RSS | bytes per miner per minute (of which stage map) | microbatches reported');
+for (const s of steps) console.log(`${s.miners} | ${s.registrationP99Ms} ms | ${s.hbP99Ms} ms | ${s.statusP99Ms} ms | ${s.rssMb} MB | ${s.bytesPerMinerPerMin} (${s.stageMapBytesPerMinerPerMin}) | ${s.microbatchesReported}`);
+finish('load', {
+  maxMinersOneProcess: best?.miners ?? 0,
+  hbP99Ms: best?.hbP99Ms ?? null,
+  statusP99Ms: best?.statusP99Ms ?? null,
+  // What 1,000 more miners cost the coordinator's memory: the slope from the first step to the last held one.
+  rssMbPer1000: best && best !== steps[0] ? Math.round(((best.rssMb - steps[0]!.rssMb) / (best.miners - steps[0]!.miners)) * 1000) : null,
+  rssMbAtStart: steps[0]?.rssMb ?? null,
+  bytesPerMinerPerMin: best?.bytesPerMinerPerMin ?? null,
+  maxMinersOneProcessPostgres: null,
+  maxMinersTwoProcesses: null,
+  notMeasured: 'one process on PostgreSQL and two processes behind Redis: scale-out mode is not built yet (issue 22 item 4)',
+  stoppedBecause: steps.length === STEPS.length && held.length === steps.length ? `the last step (${STEPS.at(-1)})` : dropped > 0 ? 'a miner was dropped' : `heartbeat p99 over ${HB_LIMIT_MS} ms`,
+  ramp: steps,
+  windowMs: WINDOW_MS,
+  pipelines: PIPELINES,
+  database: 'pglite',
+  machine: machine('wasm'),
+});
+process.exit(0);
