@@ -121,14 +121,27 @@ function pipelines(): () => void {
 }
 
 const steps: Step[] = [];
+let registrationFailed: { at: number; target: number; error: string } | undefined;
 let stopPipelines: (() => void) | undefined;
 for (const target of STEPS) {
   const regMs: number[] = [];
   const t0 = performance.now();
+  let refused: string | undefined;
   while (miners.length < target) {
-    const batch = await simMiners(url, Math.min(50, target - miners.length), 50, regMs);
-    batch.forEach(watch);
-    miners.push(...batch);
+    try {
+      const batch = await simMiners(url, Math.min(50, target - miners.length), 50, regMs);
+      batch.forEach(watch);
+      miners.push(...batch);
+    } catch (e) {
+      // A connection or registration that did not complete (socket.io's 20 s connect timeout): the coordinator is past what it holds.
+      refused = (e as Error).message;
+      break;
+    }
+  }
+  if (refused) {
+    registrationFailed = { at: miners.length, target, error: refused };
+    console.log(`registration failed at ${miners.length} of ${target} miners: ${refused}`);
+    break;
   }
   console.log(`${target} miners registered in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   if (!stopPipelines) stopPipelines = pipelines();
@@ -184,7 +197,13 @@ finish('load', {
   maxMinersOneProcessPostgres: null,
   maxMinersTwoProcesses: null,
   notMeasured: 'one process on PostgreSQL and two processes behind Redis: scale-out mode is not built yet (issue 22 item 4)',
-  stoppedBecause: steps.length === STEPS.length && held.length === steps.length ? `the last step (${STEPS.at(-1)})` : dropped > 0 ? 'a miner was dropped' : `heartbeat p99 over ${HB_LIMIT_MS} ms`,
+  stoppedBecause: registrationFailed
+    ? `registering the step to ${registrationFailed.target} failed at ${registrationFailed.at} miners (${registrationFailed.error})`
+    : steps.length === STEPS.length && held.length === steps.length
+      ? `the last step (${STEPS.at(-1)})`
+      : dropped > 0
+        ? 'a miner was dropped'
+        : `heartbeat p99 over ${HB_LIMIT_MS} ms`,
   ramp: steps,
   windowMs: WINDOW_MS,
   pipelines: PIPELINES,
