@@ -25,7 +25,7 @@ import { networkSettings, type NetworkSettings } from './network';
 import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
 import { LIVENESS_FLUSH_MS } from './liveness';
-import { DEFAULT_HEARTBEAT_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './operator-settings';
+import { MIN_SILENT_MS, SILENT_HEARTBEATS } from './operator-settings';
 import { Validator } from './validator';
 
 export interface AppOptions {
@@ -207,7 +207,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   refuseOtherSocketMethods(fastify.server);
   coordinator.io = io;
   attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates));
-  coordinator.heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
+  if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);
   // When this process itself stalled (a large checkpoint stored, a GC pause), what miners sent

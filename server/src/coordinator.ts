@@ -11,6 +11,7 @@ import { Flags } from './validator/flags';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
 import { StageMapFeed } from './stage-map';
 import { Liveness } from './liveness';
+import { DEFAULT_HEARTBEAT_MS } from './operator-settings';
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
@@ -38,7 +39,7 @@ export class Coordinator {
   /** Who holds which stage, as miners were told it (stage-map.ts). */
   readonly stageFeed: StageMapFeed;
   /** How often miners send a heartbeat: told to each when it registers (the operator's --heartbeat-ms). */
-  heartbeatMs = 2000;
+  heartbeatMs = DEFAULT_HEARTBEAT_MS;
   /** When each miner was last heard from (memory; written to the database in batches). */
   readonly liveness: Liveness;
 
@@ -56,12 +57,7 @@ export class Coordinator {
     this.liveness = new Liveness(db);
     this.stageFeed = new StageMapFeed(
       run.stages,
-      async () => {
-        const rows = await db.query<{ id: string; stage: number }>(`SELECT id, stage FROM miners WHERE run_id = $1 AND status = 'active'`, [runId]);
-        const stages: string[][] = Array.from({ length: run.stages }, () => []);
-        for (const r of rows) stages[r.stage]?.push(r.id);
-        return stages;
-      },
+      async () => (await this.stageMap()).map((s) => s.miners.map((m) => m.id)),
       (rooms, delta) => this.io?.to(rooms).emit('stage-delta', delta),
     );
   }

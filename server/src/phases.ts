@@ -57,8 +57,7 @@ export class PhaseMachine {
    * two receipts: told by the receipt handler when the second one comes in (noteVerified), kept while a stage's
    * window may still count them. Verified work is counted from these, never recomputed from every receipt.
    */
-  private verified: Array<{ key: string; from: string; to: string; first: number; last: number }> = [];
-  private readonly verifiedKeys = new Set<string>();
+  private readonly verified = new Map<string, { from: string; to: string; first: number; last: number }>();
 
   constructor(private readonly c: Coordinator) {
     this.stages = Array.from({ length: c.run.stages }, () => this.fresh(0));
@@ -142,10 +141,9 @@ export class PhaseMachine {
    */
   noteVerified(activationId: string, from: string, to: string, a: Date | string, b: Date | string): void {
     const key = `${activationId}:${from}:${to}`;
-    if (this.verifiedKeys.has(key)) return; // both receipts' handlers may see the pair
-    this.verifiedKeys.add(key);
+    if (this.verified.has(key)) return; // both receipts' handlers may see the pair
     const [t1, t2] = [new Date(a).getTime(), new Date(b).getTime()];
-    this.verified.push({ key, from, to, first: Math.min(t1, t2), last: Math.max(t1, t2) });
+    this.verified.set(key, { from, to, first: Math.min(t1, t2), last: Math.max(t1, t2) });
   }
 
   /** Verified microbatches per active miner of a stage in [from, to): activations both ends confirmed, both receipts in the window. */
@@ -153,7 +151,7 @@ export class PhaseMachine {
     const members = await this.c.db.query<{ id: string }>(`SELECT id FROM miners WHERE run_id = $1 AND status = 'active' AND stage = $2`, [this.c.runId, stage]);
     const work: Record<string, number> = Object.fromEntries(members.map((m) => [m.id, 0]));
     const [start, end] = [from.getTime(), to.getTime()];
-    for (const v of this.verified) {
+    for (const v of this.verified.values()) {
       if (v.first < start || v.last >= end) continue;
       const credited = stage === 0 ? v.from : v.to;
       if (work[credited] !== undefined) work[credited]++;
@@ -169,8 +167,7 @@ export class PhaseMachine {
   /** Forgets verified transfers that no stage's window can count any more (they began before every stage's `since`). */
   private pruneVerified(): void {
     const oldest = Math.min(...this.stages.map((s) => s.since.getTime()));
-    for (const v of this.verified) if (v.first < oldest) this.verifiedKeys.delete(v.key);
-    this.verified = this.verified.filter((v) => v.first >= oldest);
+    for (const [key, v] of this.verified) if (v.first < oldest) this.verified.delete(key);
   }
 
   private async startMerge(stage: number, s: StageState, members: string[]): Promise<void> {
