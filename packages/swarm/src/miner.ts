@@ -943,6 +943,7 @@ export class Miner {
     this.mesh?.close();
     this.model?.dispose();
     this.socket?.disconnect();
+    this.stageMap.close();
   }
 }
 

@@ -49,4 +49,27 @@ describe('StageMapView', () => {
     expect(view.peers(1)).toEqual([2, 3, 4, 5].map(id));
     expect(view.refetches).toBe(1);
   });
+
+  it('asks again when the fetch after a missed change fails, until it gets the stage', async () => {
+    let calls = 0;
+    const view = new StageMapView(async () => {
+      calls++;
+      if (calls < 3) throw new Error('GET /api/stage-map: 429');
+      return [{ stage: 0, seq: 4, miners: [id(1), id(4)] }];
+    });
+    view.snapshot({ v: PROTOCOL_VERSION, stages: [{ stage: 0, seq: 1, miners: [id(1)] }] });
+    view.delta(delta(0, 3, [3])); // 2 was missed; no later change comes
+    await expect.poll(() => view.seq(0), { timeout: 5000 }).toBe(4);
+    expect(calls).toBe(3);
+    expect(view.peers(0)).toEqual([id(1), id(4)]);
+    // A stopped view stops asking.
+    const stopped = new StageMapView(async () => {
+      throw new Error('down');
+    });
+    stopped.snapshot({ v: PROTOCOL_VERSION, stages: [{ stage: 0, seq: 1, miners: [] }] });
+    stopped.delta(delta(0, 3, [3]));
+    stopped.close();
+    await new Promise((r) => setTimeout(r, 700));
+    expect(stopped.peers(0)).toEqual([]);
+  });
 });

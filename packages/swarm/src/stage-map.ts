@@ -1,5 +1,8 @@
 import { applyStageDelta, isStageDelta, isStageView, type StageDelta, type StageView } from '@train-at-home/protocol';
 
+/** The longest wait between two tries to fetch a stage after a missed change. */
+export const REFETCH_MAX_MS = 8000;
+
 /**
  * A miner's view of the stages it talks to (protocol's stage-map.ts): a
  * snapshot replaces it whole, each delta moves one stage on by one number.
@@ -14,6 +17,7 @@ export class StageMapView {
   private readonly fetching = new Map<number, StageDelta[]>();
   /** Stages fetched again after a missed delta (the miner's status and tests read it). */
   refetches = 0;
+  private closed = false;
 
   private readonly onLeft: (ids: string[]) => void;
   private readonly onChange: () => void;
@@ -85,22 +89,35 @@ export class StageMapView {
     const { stage } = first;
     this.refetches++;
     this.fetching.set(stage, [first]);
+    // Until it is fetched: a stage left with a missed change would stay wrong until its next change, which may never
+    // come (a settled swarm changes no stage). Retried after 0.5 s, 1 s, 2 s… up to every REFETCH_MAX_MS.
     let fetched: StageView | undefined;
-    try {
-      fetched = (await this.fetchStages([stage])).find((v) => v.stage === stage && isStageView(v));
-    } catch (e) {
-      this.log(`stage ${stage + 1}'s map could not be fetched after a missed change: ${(e as Error).message}`);
+    for (let wait = 500; !this.closed && this.views.has(stage); wait = Math.min(REFETCH_MAX_MS, wait * 2)) {
+      try {
+        fetched = (await this.fetchStages([stage])).find((v) => v.stage === stage && isStageView(v));
+        if (fetched) break;
+        this.log(`stage ${stage + 1}'s map was not in the coordinator's answer after a missed change; asking again`);
+      } catch (e) {
+        this.log(`stage ${stage + 1}'s map could not be fetched after a missed change (${(e as Error).message}); asking again`);
+      }
+      await new Promise((r) => setTimeout(r, wait));
     }
     const waiting = this.fetching.get(stage) ?? [];
     this.fetching.delete(stage);
+    if (this.closed) return;
     const view = this.views.get(stage);
     if (fetched && view && fetched.seq > view.seq) {
       this.views.set(stage, { stage, seq: fetched.seq, miners: [...fetched.miners].sort() });
       this.left(view.miners);
       this.onChange();
     }
-    // What came meanwhile: applied in order (a later gap fetches again; a failed fetch is retried by the next delta).
-    if (fetched) for (const d of waiting.sort((a, b) => a.seq - b.seq)) this.delta(d);
+    // What came meanwhile: applied in order (a later gap fetches again).
+    for (const d of waiting.sort((a, b) => a.seq - b.seq)) this.delta(d);
+  }
+
+  /** Stops asking (the miner stopped). */
+  close(): void {
+    this.closed = true;
   }
 }
 
