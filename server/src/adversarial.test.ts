@@ -120,6 +120,8 @@ describe('the validator against cheaters', () => {
     console.log(`adversarial: the first epoch with verified work is ${firstWorked}`);
     // What follows reads what the run stored: the miners can go.
     const last = await heldOut();
+    // What each miner process says of its miners (read in a failure's message below).
+    const minerStats = new Map((await swarm.stats()).map((m) => [m.minerId, m]));
     swarm.stop();
 
     const flags = await app.db.query<{ miner_id: string; kind: string; reason: string }>('SELECT miner_id, kind, reason FROM flags ORDER BY id');
@@ -274,7 +276,20 @@ describe('the validator against cheaters', () => {
     // Cheaters did verified work before they were caught: the checks above are not vacuous.
     expect(cheatersWorked.size).toBeGreaterThan(0);
     // …and over the three epochs every honest miner was paid (the first minute is the swarm starting on two cores).
-    expect(new Set(paidOnce).size).toBe(honest.length);
+    const neverPaid = honest.filter((id) => !paidOnce.includes(id));
+    const unpaidEvidence = async (id: string): Promise<string> => {
+      const m = minerStats.get(id);
+      const [row] = await app.db.query<{ stage: number; status: string; joined: Date }>('SELECT stage, status, registered_at AS joined FROM miners WHERE id = $1', [id]);
+      const receipts = await app.db.query<{ direction: string; mine: boolean; n: number; first: Date; last: Date }>(
+        `SELECT direction, reporter = $1 AS mine, count(*)::int AS n, min(created_at) AS first, max(created_at) AS last FROM receipts WHERE from_miner = $1 OR to_miner = $1 GROUP BY 1, 2`,
+        [id],
+      );
+      return (
+        `${id.slice(0, 8)}: stage ${row?.stage} (${row?.status}), ${m?.microbatches ?? '?'} microbatches, ${m?.merges ?? '?'} merges, flagged ${JSON.stringify(m?.flagged ?? null)}, ` +
+        `${m?.paths.length ?? '?'} peers with paths; receipts ${JSON.stringify(receipts.map((r) => [r.direction, r.mine ? 'its own' : 'its peers', r.n, r.first, r.last]))}`
+      );
+    };
+    expect(neverPaid.length, `honest miners never paid: ${(await Promise.all(neverPaid.map(unpaidEvidence))).join('; ')}`).toBe(0);
     // The run still learns.
     console.log(`adversarial: held-out ${first?.toFixed(3)} → ${last?.toFixed(3)}`);
     expect(last!).toBeLessThan(first!);
