@@ -5,17 +5,26 @@ export interface StageMember {
   tokensPerSec: number;
 }
 
+/** A stage as a newcomer's assignment sees it: how many miners hold it, and their total measured throughput. */
+export interface StageLoad {
+  stage: number;
+  miners: number;
+  tokensPerSec: number;
+}
+
 /**
  * The stage that needs a new miner most: the one with the fewest miners, and
  * among those the slowest (least total measured throughput), then the lowest
- * index. A pipeline runs at the pace of its weakest stage.
+ * index. A pipeline runs at the pace of its weakest stage. Takes each stage's
+ * totals (one aggregate query), not its members: a registration among N
+ * miners reads `stages` rows, not N.
  */
-export function stageForNewcomer(stages: number, members: StageMember[]): number {
+export function stageForNewcomer(stages: number, loads: StageLoad[]): number {
   let best = 0;
   let bestKey: [number, number] = [Infinity, Infinity];
   for (let s = 0; s < stages; s++) {
-    const here = members.filter((m) => m.stage === s);
-    const key: [number, number] = [here.length, here.reduce((n, m) => n + m.tokensPerSec, 0)];
+    const here = loads.find((l) => l.stage === s);
+    const key: [number, number] = [here?.miners ?? 0, here?.tokensPerSec ?? 0];
     if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) {
       best = s;
       bestKey = key;

@@ -2,7 +2,7 @@ import { FrameError, PROTOCOL_VERSION, ProtocolError, decodeChunk, newChallenge,
 import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
 import { encodeAddress } from '@polkadot/util-crypto';
 import type { Server, Socket } from 'socket.io';
-import { rebalance, stageForNewcomer, type StageMember } from '../assignment';
+import { rebalance, stageForNewcomer, type StageLoad, type StageMember } from '../assignment';
 import { ANNOUNCE_WAIT_MS } from '../activations';
 import { arrivalTime } from '../clock';
 import type { Coordinator } from '../coordinator';
@@ -117,10 +117,6 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
         // One assignment at a time per run: concurrent registrations on a PostgreSQL server each read the
         // same counts and crowded one stage (PGlite runs one transaction at a time anyway).
         await tx.query('SELECT pg_advisory_xact_lock($1, $2)', [ASSIGNMENT_LOCK, coordinator.runId]);
-        const members = await tx.query<StageMember>(
-          `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2`,
-          [coordinator.runId, minerId],
-        );
         // A returning miner (after a reconnection, its own restart or the coordinator's) goes back to the stage it
         // held, where its weights, its peers and its audited rounds are. Moved to the least-staffed stage instead,
         // miners coming back one by one after a restart were shuffled across stages, and a cheater reconnecting
@@ -128,7 +124,17 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
         // rebalanceStages, as after any departure.
         const [previous] = await tx.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
         if (previous?.status === 'flagged') throw new ProtocolError('FLAGGED', 'the validator flagged this miner; see /api/miners/<id>/score for why');
-        const assigned = previous && previous.stage < coordinator.run.stages ? previous.stage : stageForNewcomer(coordinator.run.stages, members);
+        const assigned =
+          previous && previous.stage < coordinator.run.stages
+            ? previous.stage
+            : stageForNewcomer(
+                coordinator.run.stages,
+                await tx.query<StageLoad>(
+                  `SELECT stage, count(*)::int AS miners, coalesce(sum(tokens_per_sec::float8), 0) AS "tokensPerSec"
+                   FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2 GROUP BY stage`,
+                  [coordinator.runId, minerId],
+                ),
+              );
         await tx.query(
           `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
            VALUES ($1, $2, $3, $4, $5, $6, $7, 'active')
