@@ -3,6 +3,14 @@ import { PROTOCOL_VERSION, neighbourhood, stageChange, type StageDelta, type Sta
 /** Where the feed sends a delta: the rooms of the stages that talk to it (their miners get it once each). */
 export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
 
+/**
+ * The shortest time between two reads of the map: a read is O(N) rows, and
+ * registrations come one after another (they serialize on the assignment
+ * lock), so one read per join made a ramp of N joins cost O(N²). Joins and
+ * departures within it reach the miners as one delta per stage, that much later.
+ */
+export const PUBLISH_EVERY_MS = 200;
+
 /** The room a stage's miners are in (socket.io). */
 export const stageRoom = (stage: number): string => `stage:${stage}`;
 
@@ -12,7 +20,8 @@ export const stageRoom = (stage: number): string => `stage:${stage}`;
  * (whatever changed it: a registration, a departure, a drop, a flag, a
  * rebalance) and sends each stage that changed as one delta, numbered, encoded
  * once for the rooms of the stages that talk to it. Calls made while a
- * publish runs are folded into one more: a burst of joins costs one read.
+ * publish runs or waits its turn (PUBLISH_EVERY_MS) are folded into one more:
+ * a burst of joins costs one read.
  * A snapshot (`view`) is taken from what was published, never from the
  * database, so that it and the deltas after it follow one numbering.
  */
@@ -20,6 +29,7 @@ export class StageMapFeed {
   private readonly published: StageView[];
   private tail: Promise<void> = Promise.resolve();
   private queued?: Promise<void>;
+  private lastRead = -Infinity;
 
   constructor(
     private readonly stages: number,
@@ -32,8 +42,12 @@ export class StageMapFeed {
   /** Publishes what changed; resolves once a read begun after this call has been published. */
   publish(): Promise<void> {
     if (this.queued) return this.queued;
-    const next = this.tail.then(() => {
+    const next = this.tail.then(async () => {
+      // Reads at most every PUBLISH_EVERY_MS: what changes meanwhile (a burst of registrations) goes out in one.
+      const wait = this.lastRead + PUBLISH_EVERY_MS - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       this.queued = undefined;
+      this.lastRead = performance.now();
       return this.once();
     });
     this.queued = next;

@@ -316,6 +316,9 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
 
 /** Moves miners so no stage stays empty; tells each moved miner its new stage. */
 export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
+  // Most departures leave every stage held: counted in the database (one row per stage), not read miner by miner.
+  const held = await coordinator.db.query<{ n: number }>(`SELECT count(DISTINCT stage)::int AS n FROM miners WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
+  if ((held[0]?.n ?? 0) >= coordinator.run.stages) return void (await coordinator.publishStageMap());
   const members = await coordinator.db.query<StageMember>(
     `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active'`,
     [coordinator.runId],
