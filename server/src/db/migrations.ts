@@ -421,4 +421,14 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       CREATE INDEX miners_active_by_stage ON miners (run_id, status, stage);
     `,
   },
+  {
+    version: 18,
+    name: 'receipts by reporter',
+    sql: `
+      -- A spot check counts the inner steps a miner took since its last merge from its own gradient receipts
+      -- (validator/spot-checks.ts, stepsSince): since "-infinity" for a miner that never merged, which the index by
+      -- time alone turns into a scan of every receipt of the run (query-plans.test.ts).
+      CREATE INDEX receipts_by_reporter ON receipts (run_id, reporter, direction, created_at);
+    `,
+  },
 ];
