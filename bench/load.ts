@@ -14,6 +14,9 @@
  * miner received from the coordinator per minute. It stops when heartbeat
  * p99 passes 500 ms or any miner is dropped.
  *
+ * TAH_LOAD_CPU_PROF=<folder>: the coordinator writes a V8 CPU profile there
+ * when it stops (where its time went).
+ *
  * Measured here: one process on the embedded database. Not measured: one
  * process on PostgreSQL and two processes behind Redis (scale-out mode is
  * not built; issue 22 item 4): their keys are null, and say so.
@@ -40,7 +43,7 @@ const p99 = (xs: number[]): number => {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 function startCoordinator(dataDir: string): Promise<{ child: ChildProcess; url: string }> {
-  const child = fork(join(import.meta.dirname, 'load-coordinator.ts'), [], { execArgv: ['--import', 'tsx'], env: { ...process.env, TAH_LOAD_DATA_DIR: dataDir }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  const child = fork(join(import.meta.dirname, 'load-coordinator.ts'), [], { execArgv: ['--import', 'tsx', ...(process.env.TAH_LOAD_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.TAH_LOAD_CPU_PROF}`] : [])], env: { ...process.env, TAH_LOAD_DATA_DIR: dataDir }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
   return new Promise((resolve, reject) => {
     child.once('message', (m: { url: string }) => resolve({ child, url: m.url }));
     child.once('exit', (code) => reject(new Error(`the coordinator exited (${code})`)));
@@ -66,6 +69,7 @@ interface Step {
   bytesPerMinerPerMin: number;
   stageMapBytesPerMinerPerMin: number;
   dropped: number;
+  dropReasons: Record<string, number>;
   microbatchesReported: number;
 }
 
@@ -73,6 +77,8 @@ const dataDir = mkdtempSync(join(tmpdir(), 'tah-load-'));
 const { child, url } = await startCoordinator(dataDir);
 const miners: SimMiner[] = [];
 let dropped = 0;
+/** Why miners were disconnected (socket.io's reasons: 'ping timeout', 'transport close', 'io server disconnect'…). */
+const dropReasons: Record<string, number> = {};
 const received = new Map<SimMiner, number>();
 /** Of those, the stage map's (snapshots and deltas). */
 let stageMapBytes = 0;
@@ -87,7 +93,10 @@ function watch(m: SimMiner): void {
     received.set(m, received.get(m)! + 1 + n);
     if (typeof p.data === 'string' && p.data.startsWith('2["stage')) stageMapBytes += 1 + n;
   });
-  m.socket.on('disconnect', () => dropped++);
+  m.socket.on('disconnect', (reason: string) => {
+    dropped++;
+    dropReasons[reason] = (dropReasons[reason] ?? 0) + 1;
+  });
   // Spread over the interval, as independent clients are.
   setTimeout(() => beats.set(m, setInterval(() => void m.heartbeat().then((ms) => hbRtts.push(ms)), m.heartbeatMs)), Math.random() * m.heartbeatMs);
 }
@@ -169,6 +178,7 @@ for (const target of STEPS) {
     bytesPerMinerPerMin: Math.round(bytes / miners.length / minutes),
     stageMapBytesPerMinerPerMin: Math.round(stageMapBytes / miners.length / minutes),
     dropped,
+    dropReasons: { ...dropReasons },
     microbatchesReported: reported - reportedBefore,
   };
   steps.push(step);
