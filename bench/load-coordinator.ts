@@ -6,8 +6,9 @@
  * raised (every simulated miner comes from 127.0.0.1) and the validator's
  * spot checks and audits off (simulated miners carry no model to replay: the
  * validator's cost is bench:audit's). Over IPC: { url } once listening, then
- * { rssMb } whenever asked.
+ * { rssMb, maxStallMs } whenever asked (the event loop's longest delay since the last ask).
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { buildApp } from '../server/src/app';
 
 const app = await buildApp({
@@ -17,7 +18,13 @@ const app = await buildApp({
 });
 const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 process.send!({ url });
+// The longest the event loop was held at once, between two asks (each step's).
+const delay = monitorEventLoopDelay({ resolution: 20 });
+delay.enable();
 process.on('message', (m: { rss?: boolean; stop?: boolean }) => {
-  if (m.rss) process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20 });
+  if (m.rss) {
+    process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20, maxStallMs: delay.max / 1e6 });
+    delay.reset();
+  }
   if (m.stop) void app.close().then(() => process.exit(0));
 });

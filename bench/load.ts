@@ -22,13 +22,14 @@
  * not built; issue 22 item 4): their keys are null, and say so.
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { finish, machine } from './lib';
-import { simMiners, type SimMiner } from '../server/src/testing/sim-miners';
+import { simMiner, type SimMiner } from '../server/src/testing/sim-miners';
 
 const STEPS = (process.env.TAH_LOAD_STEPS ?? '100,300,600,1000,2000,3000,5000,7500,10000').split(',').map(Number);
 const WINDOW_MS = Number(process.env.TAH_LOAD_WINDOW_MS ?? 30_000);
@@ -43,22 +44,38 @@ const p99 = (xs: number[]): number => {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 function startCoordinator(dataDir: string): Promise<{ child: ChildProcess; url: string }> {
-  const child = fork(join(import.meta.dirname, 'load-coordinator.ts'), [], { execArgv: ['--import', 'tsx', ...(process.env.TAH_LOAD_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.TAH_LOAD_CPU_PROF}`] : [])], env: { ...process.env, TAH_LOAD_DATA_DIR: dataDir }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  const child = fork(join(import.meta.dirname, 'load-coordinator.ts'), [], { execArgv: ['--import', 'tsx', ...(process.env.TAH_LOAD_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.TAH_LOAD_CPU_PROF}`] : [])], env: { ...process.env, TAH_LOAD_DATA_DIR: dataDir }, stdio: ['ignore', process.env.TAH_LOAD_COORDINATOR_LOG ? 'inherit' : 'ignore', 'inherit', 'ipc'] });
   return new Promise((resolve, reject) => {
     child.once('message', (m: { url: string }) => resolve({ child, url: m.url }));
     child.once('exit', (code) => reject(new Error(`the coordinator exited (${code})`)));
   });
 }
-const rssOf = (child: ChildProcess): Promise<number> =>
+/** The coordinator's RSS, and the longest its event loop was held since the last ask. */
+const coordinatorState = (child: ChildProcess): Promise<{ rssMb: number; maxStallMs: number }> =>
   new Promise((resolve) => {
-    const on = (m: { rssMb?: number }): void => {
+    const on = (m: { rssMb?: number; maxStallMs?: number }): void => {
       if (m.rssMb === undefined) return;
       child.off('message', on);
-      resolve(m.rssMb);
+      resolve({ rssMb: m.rssMb, maxStallMs: m.maxStallMs ?? NaN });
     };
     child.on('message', on);
     child.send({ rss: true });
   });
+/** The kernel's count of connections dropped because a listening socket's accept queue was full (Linux; this machine's, all sockets). */
+function listenOverflows(): number {
+  try {
+    const lines = readFileSync('/proc/net/netstat', 'utf8').split('\n').filter((l) => l.startsWith('TcpExt:'));
+    const [names, values] = lines.map((l) => l.trim().split(/\s+/));
+    const i = names!.indexOf('ListenOverflows');
+    return i < 0 ? NaN : Number(values![i]);
+  } catch {
+    return NaN;
+  }
+}
+
+/** The generator's own event loop: a late heartbeat or a connect timeout may be this side's. */
+const generatorDelay = monitorEventLoopDelay({ resolution: 20 });
+generatorDelay.enable();
 
 interface Step {
   miners: number;
@@ -66,9 +83,19 @@ interface Step {
   hbP99Ms: number;
   statusP99Ms: number;
   rssMb: number;
+  /** The longest the coordinator's event loop was held at once during the step (registration and window), and the generator's. */
+  coordinatorMaxStallMs: number;
+  generatorMaxStallMs: number;
   bytesPerMinerPerMin: number;
   stageMapBytesPerMinerPerMin: number;
   dropped: number;
+  /** Joins tried again in this step (a connection or registration that did not complete), and why. */
+  joinRetries: number;
+  joinRetryErrors: Record<string, number>;
+  /** Connections the kernel dropped from a full accept queue during the step (registration and window). */
+  listenOverflows: number;
+  /** Stages the miners fetched again over REST after a missed delta, in all. */
+  stageMapRefetches: number;
   dropReasons: Record<string, number>;
   microbatchesReported: number;
 }
@@ -129,27 +156,57 @@ function pipelines(): () => void {
   return () => timers.forEach((t) => clearInterval(t));
 }
 
+/**
+ * One miner joins as the client does: a connection or registration that fails is tried again (the client keeps
+ * knocking), at most JOIN_TRIES times; each retry is counted, with its error, in the step's figures. Its
+ * registration time runs from the first try.
+ */
+const JOIN_TRIES = 3;
+let joinRetries = 0;
+const joinRetryErrors: Record<string, number> = {};
+async function joinOne(regMs: number[]): Promise<SimMiner> {
+  const t = performance.now();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const m = await simMiner(url);
+      regMs.push(performance.now() - t);
+      watch(m); // heartbeats from now on, not once its whole batch is in (a batch can outlast the silence limit)
+      return m;
+    } catch (e) {
+      if (attempt >= JOIN_TRIES) throw e;
+      joinRetries++;
+      const why = (e as Error).message;
+      joinRetryErrors[why] = (joinRetryErrors[why] ?? 0) + 1;
+      await sleep(500 * attempt);
+    }
+  }
+}
+
 const steps: Step[] = [];
-let registrationFailed: { at: number; target: number; error: string } | undefined;
+let registrationFailed: { at: number; target: number; error: string; coordinatorMaxStallMs: number; generatorMaxStallMs: number; listenOverflows: number } | undefined;
 let stopPipelines: (() => void) | undefined;
 for (const target of STEPS) {
   const regMs: number[] = [];
   const t0 = performance.now();
+  generatorDelay.reset();
+  joinRetries = 0;
+  const overflowsBefore = listenOverflows();
+  for (const k of Object.keys(joinRetryErrors)) delete joinRetryErrors[k];
   let refused: string | undefined;
   while (miners.length < target) {
     try {
-      const batch = await simMiners(url, Math.min(50, target - miners.length), 50, regMs);
-      batch.forEach(watch);
+      const batch = await Promise.all(Array.from({ length: Math.min(50, target - miners.length) }, () => joinOne(regMs)));
       miners.push(...batch);
     } catch (e) {
-      // A connection or registration that did not complete (socket.io's 20 s connect timeout): the coordinator is past what it holds.
+      // A join that failed JOIN_TRIES times: the coordinator is past what it holds.
       refused = (e as Error).message;
       break;
     }
   }
   if (refused) {
-    registrationFailed = { at: miners.length, target, error: refused };
-    console.log(`registration failed at ${miners.length} of ${target} miners: ${refused}`);
+    const { maxStallMs } = await coordinatorState(child);
+    registrationFailed = { at: miners.length, target, error: refused, coordinatorMaxStallMs: Math.round(maxStallMs), generatorMaxStallMs: Math.round(generatorDelay.max / 1e6), listenOverflows: listenOverflows() - overflowsBefore };
+    console.log(`registration failed at ${miners.length} of ${target} miners: ${refused} (longest event-loop stall: coordinator ${registrationFailed.coordinatorMaxStallMs} ms, generator ${registrationFailed.generatorMaxStallMs} ms; ${registrationFailed.listenOverflows} connections dropped from a full accept queue)`);
     break;
   }
   console.log(`${target} miners registered in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
@@ -168,17 +225,24 @@ for (const target of STEPS) {
     await sleep(500);
   }
   const minutes = (performance.now() - windowStart) / 60_000;
+  const coordinator = await coordinatorState(child);
   const bytes = [...received.values()].reduce((a, b) => a + b, 0);
   const step: Step = {
     miners: miners.length,
     registrationP99Ms: Math.round(p99(regMs)),
     hbP99Ms: Math.round(p99(hbRtts)),
     statusP99Ms: Math.round(p99(statusMs)),
-    rssMb: Math.round(await rssOf(child)),
+    rssMb: Math.round(coordinator.rssMb),
+    coordinatorMaxStallMs: Math.round(coordinator.maxStallMs),
+    generatorMaxStallMs: Math.round(generatorDelay.max / 1e6),
     bytesPerMinerPerMin: Math.round(bytes / miners.length / minutes),
     stageMapBytesPerMinerPerMin: Math.round(stageMapBytes / miners.length / minutes),
     dropped,
     dropReasons: { ...dropReasons },
+    joinRetries,
+    joinRetryErrors: { ...joinRetryErrors },
+    listenOverflows: listenOverflows() - overflowsBefore,
+    stageMapRefetches: miners.reduce((n, m) => n + m.view.refetches, 0),
     microbatchesReported: reported - reportedBefore,
   };
   steps.push(step);
@@ -208,11 +272,11 @@ finish('load', {
   maxMinersTwoProcesses: null,
   notMeasured: 'one process on PostgreSQL and two processes behind Redis: scale-out mode is not built yet (issue 22 item 4)',
   stoppedBecause: registrationFailed
-    ? `registering the step to ${registrationFailed.target} failed at ${registrationFailed.at} miners (${registrationFailed.error})`
+    ? `registering the step to ${registrationFailed.target} failed at ${registrationFailed.at} miners (${registrationFailed.error}; longest event-loop stall: coordinator ${registrationFailed.coordinatorMaxStallMs} ms, generator ${registrationFailed.generatorMaxStallMs} ms)`
     : steps.length === STEPS.length && held.length === steps.length
       ? `the last step (${STEPS.at(-1)})`
       : dropped > 0
-        ? 'a miner was dropped'
+        ? `a miner was dropped${(steps.at(-1)?.generatorMaxStallMs ?? 0) > 15_000 ? ` (the generator's own event loop stalled ${steps.at(-1)!.generatorMaxStallMs} ms: its simulated miners' heartbeats stopped; the limit there is the generator's)` : ''}`
         : `heartbeat p99 over ${HB_LIMIT_MS} ms`,
   ramp: steps,
   windowMs: WINDOW_MS,

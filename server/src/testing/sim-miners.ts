@@ -24,13 +24,19 @@ export async function simMiner(url: string): Promise<SimMiner> {
   const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
   await new Promise<void>((resolve, reject) => {
     socket.once('connect', resolve);
-    socket.once('connect_error', reject);
+    socket.once('connect_error', (e) => {
+      socket.disconnect();
+      reject(e);
+    });
   });
   const view = new StageMapView(restStageMap(url));
   // Attached before registering: the snapshot comes right after the registration's answer.
   socket.on('stages', (m: unknown) => view.snapshot(m));
   socket.on('stage-delta', (d: unknown) => view.delta(d));
-  const { minerId, stage, heartbeatMs } = await register(socket, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 });
+  const { minerId, stage, heartbeatMs } = await register(socket, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 }).catch((e: unknown) => {
+    socket.disconnect(); // not left connected, unregistered
+    throw e;
+  });
   let seq = 0;
   return {
     socket,
