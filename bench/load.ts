@@ -2,7 +2,8 @@
  * npm run bench:load — how many miners one coordinator process holds.
  *
  * The coordinator runs in a process of its own (bench/load-coordinator.ts:
- * `tiny`, 3 stages, the embedded database); this process is the generator,
+ * `tiny`, 3 stages, the embedded database, then a PostgreSQL server); a
+ * process of the bench's, fresh for each database, is the generator,
  * on the same machine: simulated miners that behave like the real client
  * (server/src/testing/sim-miners.ts: sr25519 registration, the stage map
  * they are sent and its deltas, a heartbeat at the interval the coordinator
@@ -17,16 +18,18 @@
  * TAH_LOAD_CPU_PROF=<folder>: the coordinator writes a V8 CPU profile there
  * when it stops (where its time went).
  *
- * Measured here: one process on the embedded database. Not measured: one
- * process on PostgreSQL and two processes behind Redis (scale-out mode is
- * not built; issue 22 item 4): their keys are null, and say so.
+ * Measured here: one process on the embedded database (the headline keys)
+ * and one on a PostgreSQL server started here (`maxMinersOneProcessPostgres`,
+ * `postgres`). Not measured: two processes behind Redis (scale-out mode is
+ * not built; issue 22 item 4): its key is null, and says so.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { finish, machine } from './lib';
 import { simMiner, type SimMiner } from '../server/src/testing/sim-miners';
@@ -98,6 +101,13 @@ interface Step {
   stageMapRefetches: number;
   dropReasons: Record<string, number>;
   microbatchesReported: number;
+}
+
+/** Set when this process runs one ramp (on that database) for the orchestrator below, which runs one per database. */
+const RAMP = process.env.TAH_LOAD_RAMP as 'pglite' | 'postgres' | undefined;
+if (!RAMP) {
+  await orchestrate();
+  process.exit(0);
 }
 
 const dataDir = mkdtempSync(join(tmpdir(), 'tah-load-'));
@@ -260,17 +270,15 @@ const held = steps.filter((s) => s.hbP99Ms <= HB_LIMIT_MS && s.dropped === 0);
 const best = held.at(-1);
 console.log('miners | registration p99 | heartbeat p99 | /api/status p99 | RSS | bytes per miner per minute (of which stage map) | microbatches reported');
 for (const s of steps) console.log(`${s.miners} | ${s.registrationP99Ms} ms | ${s.hbP99Ms} ms | ${s.statusP99Ms} ms | ${s.rssMb} MB | ${s.bytesPerMinerPerMin} (${s.stageMapBytesPerMinerPerMin}) | ${s.microbatchesReported}`);
-finish('load', {
-  maxMinersOneProcess: best?.miners ?? 0,
+// The orchestrator reads this line.
+console.log(JSON.stringify({
+  maxMiners: best?.miners ?? 0,
   hbP99Ms: best?.hbP99Ms ?? null,
   statusP99Ms: best?.statusP99Ms ?? null,
   // What 1,000 more miners cost the coordinator's memory: the slope from the first step to the last held one.
   rssMbPer1000: best && best !== steps[0] ? Math.round(((best.rssMb - steps[0]!.rssMb) / (best.miners - steps[0]!.miners)) * 1000) : null,
   rssMbAtStart: steps[0]?.rssMb ?? null,
   bytesPerMinerPerMin: best?.bytesPerMinerPerMin ?? null,
-  maxMinersOneProcessPostgres: null,
-  maxMinersTwoProcesses: null,
-  notMeasured: 'one process on PostgreSQL and two processes behind Redis: scale-out mode is not built yet (issue 22 item 4)',
   stoppedBecause: registrationFailed
     ? `registering the step to ${registrationFailed.target} failed at ${registrationFailed.at} miners (${registrationFailed.error}; longest event-loop stall: coordinator ${registrationFailed.coordinatorMaxStallMs} ms, generator ${registrationFailed.generatorMaxStallMs} ms)`
     : steps.length === STEPS.length && held.length === steps.length
@@ -279,9 +287,86 @@ finish('load', {
         ? `a miner was dropped${(steps.at(-1)?.generatorMaxStallMs ?? 0) > 15_000 ? ` (the generator's own event loop stalled ${steps.at(-1)!.generatorMaxStallMs} ms: its simulated miners' heartbeats stopped; the limit there is the generator's)` : ''}`
         : `heartbeat p99 over ${HB_LIMIT_MS} ms`,
   ramp: steps,
-  windowMs: WINDOW_MS,
-  pipelines: PIPELINES,
-  database: 'pglite',
-  machine: machine('wasm'),
-});
+}));
 process.exit(0);
+
+/**
+ * Runs the ramp once per database, each in a process of its own (a fresh generator): the embedded database, then
+ * a PostgreSQL server started here (Debian's, on a private port and folder, removed afterwards; installed when
+ * missing, as scripts/test-postgres.sh does). TAH_LOAD_DATABASES=pglite (or postgres) runs one.
+ */
+async function orchestrate(): Promise<void> {
+  const wanted = (process.env.TAH_LOAD_DATABASES ?? 'pglite,postgres').split(',');
+  const ramp = async (database: 'pglite' | 'postgres', env: Record<string, string> = {}): Promise<Record<string, unknown>> => {
+    console.log(`--- one coordinator process on ${database}`);
+    const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], { env: { ...process.env, ...env, TAH_LOAD_RAMP: database }, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      process.stdout.write(d);
+      out += d.toString();
+    });
+    const code = await new Promise((r) => child.once('exit', r));
+    const last = out.trim().split('\n').at(-1) ?? '';
+    if (code !== 0 || !last.startsWith('{')) throw new Error(`the ramp on ${database} failed (exit ${code})`);
+    return JSON.parse(last) as Record<string, unknown>;
+  };
+  const lite = wanted.includes('pglite') ? await ramp('pglite') : undefined;
+  let pg: Record<string, unknown> | undefined;
+  if (wanted.includes('postgres')) {
+    const server = startPostgres();
+    try {
+      pg = await ramp('postgres', { TAH_LOAD_DATABASE_URL: server.url });
+    } finally {
+      server.stop();
+    }
+  }
+  // Both ramps: bench/results/load.json; one (TAH_LOAD_DATABASES): load-<database>.json, leaving load.json as it was.
+  finish(lite && pg ? 'load' : `load-${lite ? 'pglite' : 'postgres'}`, {
+    maxMinersOneProcess: lite?.maxMiners ?? null,
+    hbP99Ms: lite?.hbP99Ms ?? null,
+    statusP99Ms: lite?.statusP99Ms ?? null,
+    rssMbPer1000: lite?.rssMbPer1000 ?? null,
+    rssMbAtStart: lite?.rssMbAtStart ?? null,
+    bytesPerMinerPerMin: lite?.bytesPerMinerPerMin ?? null,
+    stoppedBecause: lite?.stoppedBecause ?? 'not run (TAH_LOAD_DATABASES)',
+    maxMinersOneProcessPostgres: pg?.maxMiners ?? null,
+    postgres: pg ?? 'not run (TAH_LOAD_DATABASES)',
+    maxMinersTwoProcesses: null,
+    notMeasured: 'two processes behind Redis: scale-out mode is not built yet (issue 22 item 4)',
+    ramp: lite?.ramp ?? [],
+    windowMs: WINDOW_MS,
+    pipelines: PIPELINES,
+    machine: machine('wasm'),
+  });
+}
+
+/** A throwaway PostgreSQL server: Debian's, on a private port and socket folder under /tmp (as scripts/test-postgres.sh starts one). */
+function startPostgres(): { url: string; stop: () => void } {
+  const bin = (): string | undefined => {
+    try {
+      return execFileSync('bash', ['-c', 'ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1'], { encoding: 'utf8' }).trim() || undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  if (!bin()) execFileSync('bash', ['scripts/apt-install.sh', 'bench:load', 'postgresql'], { stdio: 'inherit' });
+  const BIN = bin()!;
+  const root = process.getuid?.() === 0;
+  const asPg = (cmd: string, args: string[]): void => void execFileSync(root ? 'runuser' : cmd, root ? ['-u', 'postgres', '--', cmd, ...args] : args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  const dir = mkdtempSync('/tmp/tah-load-pg.');
+  chmodSync(dir, 0o755);
+  if (root) execFileSync('chown', ['postgres', dir]);
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  asPg(`${BIN}/initdb`, ['-D', `${dir}/data`, '-A', 'trust', '-U', 'tah']);
+  asPg(`${BIN}/pg_ctl`, ['-D', `${dir}/data`, '-l', `${dir}/server.log`, '-w', '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200`, 'start']);
+  return {
+    url: `postgresql://tah@127.0.0.1:${port}/postgres`,
+    stop: () => {
+      try {
+        asPg(`${BIN}/pg_ctl`, ['-D', `${dir}/data`, '-m', 'immediate', 'stop']);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
+}
