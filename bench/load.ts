@@ -18,10 +18,13 @@
  * TAH_LOAD_CPU_PROF=<folder>: the coordinator writes a V8 CPU profile there
  * when it stops (where its time went).
  *
- * Measured here: one process on the embedded database (the headline keys)
- * and one on a PostgreSQL server started here (`maxMinersOneProcessPostgres`,
- * `postgres`). Not measured: two processes behind Redis (scale-out mode is
- * not built; issue 22 item 4): its key is null, and says so.
+ * Measured here: one process on the embedded database (the headline keys),
+ * one on a PostgreSQL server started here (`maxMinersOneProcessPostgres`,
+ * `postgres`), and two processes in scale-out mode on that server and a
+ * Redis started here (`maxMinersTwoProcesses`, `twoProcesses`): the miners
+ * join the two in turn, as a load balancer spreads them; the RSS is the two
+ * processes' sum. (Scale-out mode does not train a run yet: README.md,
+ * "Scale-out"; the pipelines' receipts and losses are stored all the same.)
  */
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -104,14 +107,23 @@ interface Step {
 }
 
 /** Set when this process runs one ramp (on that database) for the orchestrator below, which runs one per database. */
-const RAMP = process.env.TAH_LOAD_RAMP as 'pglite' | 'postgres' | undefined;
+const RAMP = process.env.TAH_LOAD_RAMP as 'pglite' | 'postgres' | 'two-processes' | undefined;
 if (!RAMP) {
   await orchestrate();
   process.exit(0);
 }
 
 const dataDir = mkdtempSync(join(tmpdir(), 'tah-load-'));
-const { child, url } = await startCoordinator(dataDir);
+// Two processes: the first takes the singleton jobs' lease before the second starts.
+const coordinators = [await startCoordinator(dataDir)];
+if (RAMP === 'two-processes') coordinators.push(await startCoordinator(dataDir));
+const urls = coordinators.map((c) => c.url);
+let nextUrl = 0;
+/** Every coordinator process's state: RSS summed, the longest stall of any. */
+const coordinatorsState = async (): Promise<{ rssMb: number; maxStallMs: number; rssMbEach: number[] }> => {
+  const each = await Promise.all(coordinators.map((c) => coordinatorState(c.child)));
+  return { rssMb: each.reduce((a, e) => a + e.rssMb, 0), maxStallMs: Math.max(...each.map((e) => e.maxStallMs)), rssMbEach: each.map((e) => Math.round(e.rssMb)) };
+};
 const miners: SimMiner[] = [];
 let dropped = 0;
 /** Why miners were disconnected (socket.io's reasons: 'ping timeout', 'transport close', 'io server disconnect'…). */
@@ -178,7 +190,7 @@ async function joinOne(regMs: number[]): Promise<SimMiner> {
   const t = performance.now();
   for (let attempt = 1; ; attempt++) {
     try {
-      const m = await simMiner(url);
+      const m = await simMiner(urls[nextUrl++ % urls.length]!); // in turn, as a load balancer spreads them
       regMs.push(performance.now() - t);
       watch(m); // heartbeats from now on, not once its whole batch is in (a batch can outlast the silence limit)
       return m;
@@ -214,7 +226,7 @@ for (const target of STEPS) {
     }
   }
   if (refused) {
-    const { maxStallMs } = await coordinatorState(child);
+    const { maxStallMs } = await coordinatorsState();
     registrationFailed = { at: miners.length, target, error: refused, coordinatorMaxStallMs: Math.round(maxStallMs), generatorMaxStallMs: Math.round(generatorDelay.max / 1e6), listenOverflows: listenOverflows() - overflowsBefore };
     console.log(`registration failed at ${miners.length} of ${target} miners: ${refused} (longest event-loop stall: coordinator ${registrationFailed.coordinatorMaxStallMs} ms, generator ${registrationFailed.generatorMaxStallMs} ms; ${registrationFailed.listenOverflows} connections dropped from a full accept queue)`);
     break;
@@ -230,12 +242,12 @@ for (const target of STEPS) {
   const windowStart = performance.now();
   while (performance.now() - windowStart < WINDOW_MS) {
     const t = performance.now();
-    await fetch(`${url}/api/status`).then((r) => r.json());
+    await fetch(`${urls[statusMs.length % urls.length]}/api/status`).then((r) => r.json());
     statusMs.push(performance.now() - t);
     await sleep(500);
   }
   const minutes = (performance.now() - windowStart) / 60_000;
-  const coordinator = await coordinatorState(child);
+  const coordinator = await coordinatorsState();
   const bytes = [...received.values()].reduce((a, b) => a + b, 0);
   const step: Step = {
     miners: miners.length,
@@ -243,6 +255,7 @@ for (const target of STEPS) {
     hbP99Ms: Math.round(p99(hbRtts)),
     statusP99Ms: Math.round(p99(statusMs)),
     rssMb: Math.round(coordinator.rssMb),
+    ...(coordinators.length > 1 ? { rssMbEach: coordinator.rssMbEach } : {}),
     coordinatorMaxStallMs: Math.round(coordinator.maxStallMs),
     generatorMaxStallMs: Math.round(generatorDelay.max / 1e6),
     bytesPerMinerPerMin: Math.round(bytes / miners.length / minutes),
@@ -262,8 +275,10 @@ for (const target of STEPS) {
 stopPipelines?.();
 beats.forEach((t) => clearInterval(t));
 miners.forEach((m) => m.close());
-child.send({ stop: true });
-await new Promise((r) => child.once('exit', r));
+for (const { child } of coordinators) {
+  child.send({ stop: true });
+  await new Promise((r) => child.once('exit', r));
+}
 rmSync(dataDir, { recursive: true, force: true });
 
 const held = steps.filter((s) => s.hbP99Ms <= HB_LIMIT_MS && s.dropped === 0);
@@ -296,9 +311,9 @@ process.exit(0);
  * missing, as scripts/test-postgres.sh does). TAH_LOAD_DATABASES=pglite (or postgres) runs one.
  */
 async function orchestrate(): Promise<void> {
-  const wanted = (process.env.TAH_LOAD_DATABASES ?? 'pglite,postgres').split(',');
-  const ramp = async (database: 'pglite' | 'postgres', env: Record<string, string> = {}): Promise<Record<string, unknown>> => {
-    console.log(`--- one coordinator process on ${database}`);
+  const wanted = (process.env.TAH_LOAD_DATABASES ?? 'pglite,postgres,two-processes').split(',');
+  const ramp = async (database: 'pglite' | 'postgres' | 'two-processes', env: Record<string, string> = {}): Promise<Record<string, unknown>> => {
+    console.log(database === 'two-processes' ? '--- two coordinator processes on PostgreSQL and Redis' : `--- one coordinator process on ${database}`);
     const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], { env: { ...process.env, ...env, TAH_LOAD_RAMP: database }, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -312,6 +327,7 @@ async function orchestrate(): Promise<void> {
   };
   const lite = wanted.includes('pglite') ? await ramp('pglite') : undefined;
   let pg: Record<string, unknown> | undefined;
+  let two: Record<string, unknown> | undefined;
   if (wanted.includes('postgres')) {
     const server = startPostgres();
     try {
@@ -320,8 +336,20 @@ async function orchestrate(): Promise<void> {
       server.stop();
     }
   }
-  // Both ramps: bench/results/load.json; one (TAH_LOAD_DATABASES): load-<database>.json, leaving load.json as it was.
-  finish(lite && pg ? 'load' : `load-${lite ? 'pglite' : 'postgres'}`, {
+  if (wanted.includes('two-processes')) {
+    // A fresh server, so the one-process ramp's miners are not the run's.
+    const server = startPostgres();
+    const redis = await startRedis();
+    try {
+      two = await ramp('two-processes', { TAH_LOAD_DATABASE_URL: server.url, TAH_LOAD_REDIS_URL: redis.url });
+    } finally {
+      redis.stop();
+      server.stop();
+    }
+  }
+  // Every ramp: bench/results/load.json; some (TAH_LOAD_DATABASES): load-<those>.json, leaving load.json as it was.
+  const all = lite && pg && two;
+  finish(all ? 'load' : `load-${wanted.join('-')}`, {
     maxMinersOneProcess: lite?.maxMiners ?? null,
     hbP99Ms: lite?.hbP99Ms ?? null,
     statusP99Ms: lite?.statusP99Ms ?? null,
@@ -331,13 +359,31 @@ async function orchestrate(): Promise<void> {
     stoppedBecause: lite?.stoppedBecause ?? 'not run (TAH_LOAD_DATABASES)',
     maxMinersOneProcessPostgres: pg?.maxMiners ?? null,
     postgres: pg ?? 'not run (TAH_LOAD_DATABASES)',
-    maxMinersTwoProcesses: null,
-    notMeasured: 'two processes behind Redis: scale-out mode is not built yet (issue 22 item 4)',
+    maxMinersTwoProcesses: two?.maxMiners ?? null,
+    twoProcesses: two ?? 'not run (TAH_LOAD_DATABASES)',
     ramp: lite?.ramp ?? [],
     windowMs: WINDOW_MS,
     pipelines: PIPELINES,
     machine: machine('wasm'),
   });
+}
+
+/** A throwaway Redis (scripts/redis.sh: Debian's, loopback, nothing on disk), once it answers. */
+async function startRedis(): Promise<{ url: string; stop: () => void }> {
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  const child = spawn('bash', ['scripts/redis.sh', String(port)], { stdio: 'inherit', detached: true });
+  const url = `redis://127.0.0.1:${port}`;
+  const { Redis } = await import('ioredis');
+  for (let tries = 0; ; tries++) {
+    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    probe.on('error', () => {});
+    const up = await probe.connect().then(() => true, () => false);
+    probe.disconnect();
+    if (up) break;
+    if (tries > 600) throw new Error('Redis did not start');
+    await sleep(250);
+  }
+  return { url, stop: () => process.kill(-child.pid!, 'SIGTERM') };
 }
 
 /** A throwaway PostgreSQL server: Debian's, on a private port and socket folder under /tmp (as scripts/test-postgres.sh starts one). */

@@ -27,6 +27,7 @@ import { attachRegistration } from './socket/registration';
 import { LIVENESS_FLUSH_MS } from './liveness';
 import { MIN_SILENT_MS, SILENT_HEARTBEATS } from './operator-settings';
 import { Validator } from './validator';
+import { JobLease, ScaleOut, redisAdapter, redisClients } from './scale-out';
 
 export interface AppOptions {
   run?: RunOverrides;
@@ -52,6 +53,11 @@ export interface AppOptions {
   network?: Partial<NetworkSettings>;
   /** Headless miners the coordinator starts on its own machine for stages nobody holds (local-miners.ts); none by default. */
   localMiners?: Partial<LocalMinerOptions>;
+  /**
+   * Scale-out mode (scale-out.ts): a Redis server (redis://…) through which this process and the
+   * run's other coordinator processes share socket.io's rooms and messages. Needs `database.url`.
+   */
+  redisUrl?: string;
 }
 
 export interface HttpLimits {
@@ -111,6 +117,8 @@ export interface App {
   feed: DashboardFeed;
   /** Miners this coordinator starts for empty stages (after `localMiners.start(url)`). */
   localMiners: LocalMiners;
+  /** Whether this process runs the run's singleton jobs (always, with one process; scale-out.ts). */
+  lease: JobLease;
   /** Stops the coordinator; `keepLocalMiners`: its local miners stay running for a restarted coordinator to take over. */
   close(options?: { keepLocalMiners?: boolean }): Promise<void>;
 }
@@ -150,6 +158,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const rewards = rewardsSettings(options.rewards); // a bad domain fails here, before anything opens
   const network = networkSettings(options.network); // so does a bad STUN or TURN setting
   const limits = { ...DEFAULT_HTTP_LIMITS, ...options.http };
+  if (options.redisUrl && !options.database?.url) throw new Error('scale-out mode (REDIS_URL) needs a PostgreSQL server (DATABASE_URL) that every process shares');
+  const redis = options.redisUrl ? await redisClients(options.redisUrl) : undefined;
   const fastify = Fastify({
     logger: options.logger ?? false,
     bodyLimit: 64 * 1024,
@@ -169,8 +179,10 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
   });
   // Every route, per client IP; over the limit: 429 RATE_LIMITED with the time to wait (and retry-after).
+  // In scale-out mode the counts are kept in Redis, so an IP's budget is the run's, not each process's.
   await fastify.register(rateLimit, {
     global: true,
+    ...(redis ? { redis: redis.pub, nameSpace: `tah:${options.run?.name ?? 'default'}:rate:` } : {}),
     max: limits.requestsPerIpPerMinute,
     timeWindow: 60_000,
     // Thrown by the plugin's hook, answered by the error handlers (here and in plugins that have their own).
@@ -179,11 +191,14 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const db = await openDatabase(options.database ?? {});
   const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
   coordinator.setNetwork(network);
-  // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
-  const [seen] = await db.query<{ at: Date | string | null }>(`SELECT max(last_seen_at) AS at FROM miners WHERE run_id = $1`, [coordinator.runId]);
-  if (seen?.at) coordinator.outage = { from: new Date(seen.at).toISOString(), to: new Date().toISOString() };
-  // Miners that were active when the coordinator stopped must reconnect and register again.
-  await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
+  if (!redis) {
+    // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
+    const [seen] = await db.query<{ at: Date | string | null }>(`SELECT max(last_seen_at) AS at FROM miners WHERE run_id = $1`, [coordinator.runId]);
+    if (seen?.at) coordinator.outage = { from: new Date(seen.at).toISOString(), to: new Date().toISOString() };
+    // Miners that were active when the coordinator stopped must reconnect and register again.
+    await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
+  }
+  // (In scale-out mode the others' miners are active: those of a process that died are dropped by the lease holder's sweep.)
   const validator = new Validator(coordinator);
   const localMiners = new LocalMiners(coordinator, { ...DEFAULT_LOCAL_MINERS, ...options.localMiners });
   await fastify.register(statusRoutes, { coordinator, localMiners });
@@ -201,7 +216,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     serveAppPages(fastify, join(options.webRoot, 'index.html'));
   }
   // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
-  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false });
+  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false, ...(redis ? { adapter: redisAdapter(redis, coordinator.run.name) } : {}) });
   const feed = new DashboardFeed(coordinator, io.of(DASHBOARD_NAMESPACE), options.dashboard?.pushMs);
   await fastify.register(dashboardRoutes, { coordinator, feed });
   refuseOtherSocketMethods(fastify.server);
@@ -210,6 +225,10 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);
+  // One process runs the singleton jobs (validator, settlement, local miners, the stage map's publisher): with one process, this one.
+  const lease = new JobLease(redis ? options.database?.url : undefined, coordinator.runId, fastify.log);
+  if (redis) coordinator.scaleOut = new ScaleOut(io, coordinator, lease, silentMs);
+  lease.start();
   // When this process itself stalled (a large checkpoint stored, a GC pause), what miners sent
   // meanwhile (heartbeats, merge answers) is still queued behind this timer: no miner is called
   // silent, and no merge phase ends on its deadline, until those messages have had time to land.
@@ -222,8 +241,10 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     const trusted = now >= trustAfter;
     if (trusted) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
     coordinator.phases.tick(trusted).catch((err: unknown) => fastify.log.error({ err }, 'phase machine tick failed'));
+    if (!lease.held) return;
     validator.tick();
     localMiners.tick().catch((err: unknown) => fastify.log.error({ err }, 'local miners tick failed'));
+    coordinator.scaleOut?.tick().catch((err: unknown) => fastify.log.error({ err }, 'sweep of stopped processes\' miners failed'));
   }, sweepMs);
   const flushLiveness = setInterval(() => coordinator.liveness.flush().catch((err: unknown) => fastify.log.error({ err }, 'could not store heartbeat times')), LIVENESS_FLUSH_MS);
   flushLiveness.unref();
@@ -236,9 +257,11 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     validator,
     feed,
     localMiners,
+    lease,
     async close(closeOptions: { keepLocalMiners?: boolean } = {}) {
       clearInterval(sweep);
       clearInterval(flushLiveness);
+      await lease.close();
       await localMiners.close(closeOptions.keepLocalMiners);
       feed.close();
       io.close();
@@ -254,6 +277,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
         clearInterval(drain);
       }
       await coordinator.liveness.flush().catch((err: unknown) => fastify.log.error({ err }, 'could not store heartbeat times'));
+      await redis?.close();
       await db.close();
     },
   };

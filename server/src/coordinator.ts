@@ -9,9 +9,16 @@ import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config'
 import { rebalanceStages } from './socket/registration';
 import { Flags } from './validator/flags';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
-import { StageMapFeed } from './stage-map';
+import { StageMapFeed, stageRoom } from './stage-map';
 import { Liveness } from './liveness';
+import type { ScaleOut } from './scale-out';
 import { DEFAULT_HEARTBEAT_MS } from './operator-settings';
+
+/** What concerns one miner's connection, wherever it is connected (Coordinator.toMiner). */
+export type MinerAction =
+  | { id: string; kind: 'emit'; event: string; payload: unknown }
+  | { id: string; kind: 'moved'; from: number; to: number; reason: string }
+  | { id: string; kind: 'flagged'; flag: string; reason: string };
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
@@ -42,6 +49,8 @@ export class Coordinator {
   heartbeatMs = DEFAULT_HEARTBEAT_MS;
   /** When each miner was last heard from (memory; written to the database in batches). */
   readonly liveness: Liveness;
+  /** Scale-out mode (scale-out.ts): the other coordinator processes of this run, through Redis; absent with one process. */
+  scaleOut?: ScaleOut;
 
   constructor(
     readonly db: Database,
@@ -58,7 +67,10 @@ export class Coordinator {
     this.stageFeed = new StageMapFeed(
       run.stages,
       async () => (await this.stageMap()).map((s) => s.miners.map((m) => m.id)),
-      (rooms, delta) => this.io?.to(rooms).emit('stage-delta', delta),
+      (rooms, delta) => {
+        this.io?.to(rooms).emit('stage-delta', delta); // in scale-out mode, to those rooms on every process
+        this.scaleOut?.deltaPublished(delta); // …and to the other processes' mirrors
+      },
     );
   }
 
@@ -92,9 +104,11 @@ export class Coordinator {
   async dropSilent(silentMs: number): Promise<string[]> {
     const quiet = this.liveness.silent(silentMs);
     if (quiet.length === 0) return [];
+    // Only rows this process's connections registered: a miner that went on to another process is that one's to judge.
+    const connections = quiet.map((id) => this.sockets.get(id)?.id).filter((c): c is string => c !== undefined);
     const silent = await this.db.query<{ id: string }>(
-      `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND id = ANY($2::text[]) RETURNING id`,
-      [this.runId, quiet],
+      `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND id = ANY($2::text[]) AND connection = ANY($3::text[]) RETURNING id`,
+      [this.runId, quiet, connections],
     );
     for (const id of quiet) this.liveness.forget(id);
     for (const { id } of silent) {
@@ -123,11 +137,48 @@ export class Coordinator {
     return { confirmed: row?.confirmed ?? 0, oneSided: row?.one_sided ?? 0, disputed: row?.disputed ?? 0 };
   }
 
-  async minerLeft(id: string): Promise<void> {
+  /** The miner's connection `connection` closed: it left, unless it has registered again on another since. */
+  async minerLeft(id: string, connection: string): Promise<void> {
     this.live.forget(id);
     this.liveness.forget(id);
-    await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active'`, [id]);
+    await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active' AND connection = $2`, [id, connection]);
     await rebalanceStages(this);
+  }
+
+  /** Whether a registered miner of this run is connected here, or (scale-out) to another coordinator process. */
+  async canReach(id: string): Promise<boolean> {
+    if (this.sockets.has(id)) return true;
+    return this.scaleOut ? this.scaleOut.isActive(id) : false;
+  }
+
+  /** Sends a miner an event: through its connection here, or (scale-out) through the process that holds it. */
+  sendToMiner(id: string, event: string, payload: unknown): void {
+    this.toMiner({ id, kind: 'emit', event, payload });
+  }
+
+  /**
+   * Does what concerns one miner's connection: here if it is connected here,
+   * else (scale-out) on the process that holds it (ScaleOut forwards it, and
+   * that process calls this again with `forwarded`).
+   */
+  toMiner(action: MinerAction, forwarded = false): void {
+    const socket = this.sockets.get(action.id);
+    if (!socket) {
+      if (!forwarded) this.scaleOut?.forward(action);
+      return;
+    }
+    if (action.kind === 'emit') {
+      socket.emit(action.event, action.payload);
+    } else if (action.kind === 'moved') {
+      (socket.data as { stage?: number }).stage = action.to;
+      socket.leave(stageRoom(action.from));
+      socket.join(stageRoom(action.to));
+      socket.emit('reassigned', { stage: action.to, reason: action.reason });
+      socket.emit('stages', this.stageFeed.snapshot(action.to));
+    } else {
+      socket.emit('flagged', { kind: action.flag, reason: action.reason });
+      for (const room of socket.rooms) if (room.startsWith('stage:')) socket.leave(room);
+    }
   }
 
   private readonly lossListeners: Array<(loss: number) => void> = [];
@@ -159,7 +210,7 @@ export class Coordinator {
    * changed stage, to the rooms of its neighbours), so each can pick its peers.
    */
   publishStageMap(): Promise<void> {
-    return this.stageFeed.publish();
+    return this.stageFeed.publish(); // in scale-out mode, a process that does not publish asks the one that does
   }
 
   async stageMap(): Promise<Array<{ stage: number; miners: Array<{ id: string; address: string; backend: string; tokensPerSec: number }> }>> {

@@ -20,6 +20,8 @@
  * Limits and timings (operator-settings.ts; or the TAH_… variables named there):
  * --max-connections-per-ip N, --requests-per-ip-per-minute N,
  * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N.
+ * DATABASE_URL and REDIS_URL together: scale-out mode, several processes serving one run
+ * behind a load balancer (scale-out.ts; README, "Scale-out").
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -103,6 +105,8 @@ const app = await buildApp({
     relay: { enabled: values.relay === undefined ? localMiners !== 0 : values.relay === 'on', bytesPerMinute: 64 * 1024 * 1024 },
   },
   database: process.env.DATABASE_URL ? { url: process.env.DATABASE_URL } : { dataDir: values['data-dir'] },
+  // Scale-out mode: any number of processes, each with the same DATABASE_URL and REDIS_URL (README.md, "Scale-out").
+  ...(process.env.REDIS_URL ? { redisUrl: process.env.REDIS_URL } : {}),
   // Beside the database: a restart on this machine takes over the local miners still running.
   // (With DATABASE_URL there is no such folder of ours: a restart starts new local miners.)
   ...(process.env.DATABASE_URL ? {} : { localMiners: { stateFile: join(values['data-dir'], 'local-miners.json') } }),

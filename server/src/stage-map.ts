@@ -1,4 +1,4 @@
-import { PROTOCOL_VERSION, neighbourhood, stageChange, type StageDelta, type StageSnapshot, type StageView } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, applyStageDelta, isStageDelta, isStageView, neighbourhood, stageChange, type StageDelta, type StageSnapshot, type StageView } from '@train-at-home/protocol';
 
 /** Where the feed sends a delta: the rooms of the stages that talk to it (their miners get it once each). */
 export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
@@ -10,6 +10,8 @@ export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
  * departures within it reach the miners as one delta per stage, that much later.
  */
 export const PUBLISH_EVERY_MS = 200;
+/** How far each stage's number jumps when another process takes over publishing (StageMapFeed.lead). */
+export const TAKEOVER_SEQ_JUMP = 1000;
 
 /** The room a stage's miners are in (socket.io). */
 export const stageRoom = (stage: number): string => `stage:${stage}`;
@@ -39,8 +41,53 @@ export class StageMapFeed {
     this.published = Array.from({ length: stages }, (_, stage) => ({ stage, seq: 0, miners: [] }));
   }
 
-  /** Publishes what changed; resolves once a read begun after this call has been published. */
+  /** Whether this process publishes; in scale-out mode one process does, the others mirror its deltas. */
+  private leading = true;
+  /** A follower's request that the publishing process look (scale-out.ts). */
+  private askLeader?: () => void;
+  /** A follower whose mirror missed a delta asks for the published views again. */
+  private resync?: () => void;
+
+  /** Stops publishing: what changes here is published by another process (`ask`), whose deltas this one mirrors. */
+  follow(ask: () => void, resync: () => void): void {
+    this.leading = false;
+    this.askLeader = ask;
+    this.resync = resync;
+  }
+
+  /**
+   * Publishes from now on (this process took over the singleton jobs). Every stage's
+   * number jumps by TAKEOVER_SEQ_JUMP, so that a miner the last publisher told
+   * something this mirror missed sees a gap at the next delta, and fetches again.
+   */
+  lead(): Promise<void> {
+    if (!this.leading) {
+      this.leading = true;
+      for (let s = 0; s < this.stages; s++) this.published[s] = { ...this.published[s]!, seq: this.published[s]!.seq + TAKEOVER_SEQ_JUMP };
+    }
+    return this.publish();
+  }
+
+  /** A follower's copy of a delta the publishing process sent. */
+  mirror(delta: unknown): void {
+    if (this.leading || !isStageDelta(delta) || delta.stage >= this.stages) return;
+    const next = applyStageDelta(this.published[delta.stage]!, delta);
+    if (next === 'gap') this.resync?.();
+    else if (next !== 'stale') this.published[delta.stage] = next;
+  }
+
+  /** A follower's copy of the published views (after a gap, or when it starts). */
+  replace(views: unknown): void {
+    if (this.leading || !Array.isArray(views)) return;
+    for (const v of views) if (isStageView(v) && v.stage < this.stages && v.seq >= this.published[v.stage]!.seq) this.published[v.stage] = v;
+  }
+
+  /** Publishes what changed; resolves once a read begun after this call has been published. A follower asks the publisher instead. */
   publish(): Promise<void> {
+    if (!this.leading) {
+      this.askLeader?.();
+      return Promise.resolve();
+    }
     if (this.queued) return this.queued;
     const next = this.tail.then(async () => {
       // Reads at most every PUBLISH_EVERY_MS: what changes meanwhile (a burst of registrations) goes out in one.

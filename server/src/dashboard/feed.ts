@@ -81,7 +81,7 @@ export class DashboardFeed {
         ...(settledChanged ? { settledEpoch: settled } : {}),
         ...(((b) => (b === undefined ? {} : { bigramLoss: b }))(await bigramLoss(this.c))),
       };
-      this.ns.emit('update', update);
+      this.ns.local.emit('update', update); // this process's viewers (in scale-out mode each process pushes to its own)
       this.pushes++;
       return update;
     } finally {

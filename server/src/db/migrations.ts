@@ -431,4 +431,14 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       CREATE INDEX receipts_by_reporter ON receipts (run_id, reporter, direction, created_at);
     `,
   },
+  {
+    version: 19,
+    name: 'the connection a miner registered on',
+    sql: `
+      -- Several coordinator processes serve one run in scale-out mode: a miner that reconnects to another process
+      -- while its old connection is still open on the first must not be marked gone when that one closes. A
+      -- departure or a silent drop changes the row only while it still names the connection that registered it.
+      ALTER TABLE miners ADD COLUMN connection text;
+    `,
+  },
 ];

@@ -49,7 +49,15 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator; localM
     // Whether this coordinator starts miners of its own for stages nobody holds (a tab that waits says so).
     // Stages nobody holds (a waiting tab says how many more participants the run needs), as miners were last told.
     const emptyStages = coordinator.stageFeed.view([...Array(coordinator.run.stages).keys()]).filter((v) => v.miners.length === 0).map((v) => v.stage);
-    return { run: coordinator.run, activeMiners: count, emptyStages, database: db.kind, localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 } };
+    return {
+      run: coordinator.run,
+      activeMiners: count,
+      emptyStages,
+      database: db.kind,
+      localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 },
+      // Scale-out mode: whether this process runs the run's singleton jobs (one process does); null with one process.
+      scaleOut: coordinator.scaleOut ? { singletonJobs: coordinator.scaleOut.lease.held } : null,
+    };
   });
   app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));
   /**

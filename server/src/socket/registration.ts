@@ -136,18 +136,18 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
                 ),
               );
         await tx.query(
-          `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active')
-           ON CONFLICT (id) DO UPDATE SET run_id = $2, backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now(),
+          `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status, connection)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8)
+           ON CONFLICT (id) DO UPDATE SET run_id = $2, backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now(), connection = $8,
              stage_since = CASE WHEN miners.stage = $7 THEN miners.stage_since ELSE now() END`,
-          [minerId, coordinator.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned],
+          [minerId, coordinator.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned, socket.id],
         );
         return assigned;
       });
       if (socket.disconnected) {
         // It closed while the registration was being stored: its departure found no miner then, so record it now
         // (unless a newer connection of the same miner already owns it).
-        if (!coordinator.sockets.has(minerId)) await coordinator.minerLeft(minerId);
+        if (!coordinator.sockets.has(minerId)) await coordinator.minerLeft(minerId, socket.id);
         return;
       }
       state.minerId = minerId;
@@ -186,11 +186,10 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       const { signature, v: _v, ...signed } = msg;
       if (!verifySignature('signal', signed, signature, `0x${state.minerId}`)) throw new ProtocolError('BAD_SIGNATURE', 'signal signature does not verify');
       if (state.lastSignalSeq !== undefined && msg.seq <= state.lastSignalSeq) throw new ProtocolError('REPLAYED', `seq ${msg.seq} after ${state.lastSignalSeq}`);
-      const target = coordinator.sockets.get(msg.to);
-      if (!target || msg.to === state.minerId) throw new ProtocolError('UNKNOWN_PEER', 'no registered miner with that id is connected');
+      if (msg.to === state.minerId || !(await coordinator.canReach(msg.to))) throw new ProtocolError('UNKNOWN_PEER', 'no registered miner with that id is connected');
       state.lastSignalSeq = msg.seq;
       coordinator.relayed.signalBytes += msg.payload.length;
-      target.emit('signal', { from: state.minerId, ...signed, signature });
+      coordinator.sendToMiner(msg.to, 'signal', { from: state.minerId, ...signed, signature });
       ack({ ok: true });
     });
 
@@ -292,12 +291,11 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
         return refuse('SCHEMA', e instanceof FrameError ? e.message : 'not a frame');
       }
       if (!coordinator.network.relay.enabled) return refuse('RELAY_OFF', 'this run carries no frames through the coordinator: peers connect directly or through TURN');
-      const target = coordinator.sockets.get(m.to);
-      if (!target || m.to === state.minerId) return refuse('UNKNOWN_PEER', 'no registered miner with that id is connected');
+      if (m.to === state.minerId || !(await coordinator.canReach(m.to))) return refuse('UNKNOWN_PEER', 'no registered miner with that id is connected');
       const waitMs = coordinator.relayBudget.take(state.minerId, m.chunk.length);
       if (waitMs !== undefined) return refuse('RELAY_CAP', `over this run's relay cap of ${coordinator.network.relay.bytesPerMinute} bytes per miner per minute; retry in ${waitMs} ms`);
       coordinator.relayed.frameBytes += m.chunk.length;
-      target.emit('frame', { from: state.minerId, chunk: m.chunk });
+      coordinator.sendToMiner(m.to, 'frame', { from: state.minerId, chunk: m.chunk });
       if (callback) ack({ ok: true });
     });
 
@@ -306,7 +304,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       if (!id || coordinator.sockets.get(id) !== socket) return; // never registered, or a newer connection owns the miner
       coordinator.sockets.delete(id);
       try {
-        await coordinator.minerLeft(id);
+        await coordinator.minerLeft(id, socket.id);
       } catch (e) {
         coordinator.log.error({ err: e }, 'could not record a departure');
       }
@@ -325,12 +323,7 @@ export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
   );
   for (const move of rebalance(coordinator.run.stages, members)) {
     await coordinator.db.query('UPDATE miners SET stage = $1, stage_since = now() WHERE id = $2', [move.to, move.id]);
-    const socket = coordinator.sockets.get(move.id);
-    if (socket) (socket.data as MinerSocketData).stage = move.to;
-    socket?.leave(stageRoom(move.from));
-    socket?.join(stageRoom(move.to));
-    socket?.emit('reassigned', { stage: move.to, reason: `stage ${move.to} had no miner` });
-    socket?.emit('stages', coordinator.stageFeed.snapshot(move.to));
+    coordinator.toMiner({ id: move.id, kind: 'moved', from: move.from, to: move.to, reason: `stage ${move.to} had no miner` });
   }
   await coordinator.publishStageMap();
 }

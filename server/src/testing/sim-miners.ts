@@ -1,4 +1,4 @@
-import { generateIdentity, PROTOCOL_VERSION } from '@train-at-home/protocol';
+import { generateIdentity, PROTOCOL_VERSION, type Identity } from '@train-at-home/protocol';
 import { StageMapView, register, restStageMap } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import type { Server } from 'socket.io';
@@ -10,6 +10,8 @@ import type { Server } from 'socket.io';
  */
 export interface SimMiner {
   socket: Socket;
+  /** Its sr25519 key: the same one registers it again elsewhere. */
+  identity: Identity;
   minerId: string;
   stage: number;
   view: StageMapView;
@@ -20,7 +22,7 @@ export interface SimMiner {
   close(): void;
 }
 
-export async function simMiner(url: string): Promise<SimMiner> {
+export async function simMiner(url: string, identity: Identity = generateIdentity()): Promise<SimMiner> {
   const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
   await new Promise<void>((resolve, reject) => {
     socket.once('connect', resolve);
@@ -33,13 +35,14 @@ export async function simMiner(url: string): Promise<SimMiner> {
   // Attached before registering: the snapshot comes right after the registration's answer.
   socket.on('stages', (m: unknown) => view.snapshot(m));
   socket.on('stage-delta', (d: unknown) => view.delta(d));
-  const { minerId, stage, heartbeatMs } = await register(socket, generateIdentity(), { backend: 'wasm', tokensPerSec: 100 }).catch((e: unknown) => {
+  const { minerId, stage, heartbeatMs } = await register(socket, identity, { backend: 'wasm', tokensPerSec: 100 }).catch((e: unknown) => {
     socket.disconnect(); // not left connected, unregistered
     throw e;
   });
   let seq = 0;
   return {
     socket,
+    identity,
     minerId,
     stage,
     view,

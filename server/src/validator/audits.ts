@@ -172,7 +172,7 @@ export class Auditor {
         continue;
       }
       await this.insert(id, stage, round, minerId, 'open', null, null, timeoutMs);
-      this.c.sockets.get(minerId)?.emit('audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs: timeoutMs });
+      this.c.sendToMiner(minerId, 'audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs: timeoutMs });
       this.sentAt.set(id, Date.now());
     }
   }
@@ -371,7 +371,7 @@ export class Auditor {
       );
       for (const a of open) {
         if (Date.now() - (this.sentAt.get(a.id) ?? 0) < AUDIT_RESEND_MS || a.left_ms <= 0) continue;
-        this.c.sockets.get(a.miner_id)?.emit('audit', { v: PROTOCOL_VERSION, auditId: a.id, stage: a.stage, round: a.round, deadlineMs: a.left_ms });
+        this.c.sendToMiner(a.miner_id, 'audit', { v: PROTOCOL_VERSION, auditId: a.id, stage: a.stage, round: a.round, deadlineMs: a.left_ms });
         this.sentAt.set(a.id, Date.now());
       }
       for (const id of [...this.sentAt.keys()]) if (!open.some((a) => a.id === id)) this.sentAt.delete(id);
@@ -388,7 +388,7 @@ export class Auditor {
       );
       for (const a of due) {
         const [row] = await this.c.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [a.miner_id, this.c.runId]);
-        if (row?.status !== 'active' || !this.c.sockets.has(a.miner_id)) {
+        if (row?.status !== 'active' || !(await this.c.canReach(a.miner_id))) {
           await this.finish(a.id, 'abandoned', 'MINER_LEFT', {}, 0);
           continue;
         }

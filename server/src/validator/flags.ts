@@ -41,9 +41,7 @@ export class Flags {
     });
     if (!fresh) return false;
     c.log.warn({ minerId, kind, reason }, 'miner flagged');
-    const socket = c.sockets.get(minerId);
-    socket?.emit('flagged', { kind, reason });
-    for (const room of socket?.rooms ?? []) if (room.startsWith('stage:')) socket?.leave(room);
+    c.toMiner({ id: minerId, kind: 'flagged', flag: kind, reason });
     await rebalanceStages(c);
     return true;
   }

@@ -150,7 +150,7 @@ export class SpotChecker {
     for (const f of found) {
       const probeId = randomBytes(16).toString('hex');
       this.probes.set(probeId, { sample, boundary: f.boundary, direction: f.direction, minerId: f.to, hash: f.receipt!.payload_hash, bytes: f.receipt!.bytes });
-      this.c.sockets.get(f.to)?.emit('probe', { v: PROTOCOL_VERSION, probeId, activationId, direction: f.direction });
+      this.c.sendToMiner(f.to, 'probe', { v: PROTOCOL_VERSION, probeId, activationId, direction: f.direction });
     }
   }
 
@@ -183,7 +183,7 @@ export class SpotChecker {
       if (p.sample !== s) continue;
       this.probes.delete(id);
       const [row] = await this.c.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [p.minerId, this.c.runId]);
-      if (row?.status !== 'active' || !this.c.sockets.has(p.minerId)) continue; // it left: no blame
+      if (row?.status !== 'active' || !(await this.c.canReach(p.minerId))) continue; // it left: no blame
       const missed = (this.missed.get(p.minerId) ?? 0) + 1;
       this.missed.set(p.minerId, missed);
       if (missed >= FLAG_AFTER_MISSED_PROBES && (this.answered.get(p.minerId) ?? 0) < missed) {

@@ -1,0 +1,229 @@
+import { createAdapter } from '@socket.io/redis-adapter';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import type { Server } from 'socket.io';
+import type { StageDelta } from '@train-at-home/protocol';
+import type { Coordinator, MinerAction } from './coordinator';
+import { LIVENESS_FLUSH_MS } from './liveness';
+import { rebalanceStages } from './socket/registration';
+
+/**
+ * Scale-out mode: several coordinator processes serve one run behind a load
+ * balancer, with the run's state in one PostgreSQL database (DATABASE_URL)
+ * and socket.io's rooms and broadcasts through Redis (REDIS_URL, the
+ * `@socket.io/redis-adapter`).
+ *
+ * - **Singleton jobs** (the validator and settlement, local miners, the stage
+ *   map's publisher, the sweep of miners whose process died) run in the one
+ *   process that holds the run's JobLease, a PostgreSQL advisory lock; when that
+ *   process dies its lock goes with its connection and another takes it over.
+ * - **A miner's connection lives in one process.** What another process has
+ *   to say to it (a relayed signal or frame, an audit, a move, a flag) goes to
+ *   every process as one server-side message, and the one holding it acts
+ *   (`Coordinator.toMiner`).
+ * - **The stage map** is published by the lease holder, to the rooms of every
+ *   process; the others mirror its deltas, so a snapshot or a REST fetch from
+ *   any process follows the same numbering, and ask it to look when a miner
+ *   registers or leaves with them.
+ *
+ * Not yet shared (README.md, "Scale-out"): each process's phase machine, the
+ * activations it has seen and the dashboard's live figures are its own.
+ */
+
+/** The first key of the advisory lock that names a run's singleton-job holder (the second is the run's id). */
+export const JOBS_LOCK = 0x7a5;
+/** How often a process without the lease tries for it, and the holder checks its connection. */
+export const LEASE_RETRY_MS = 1000;
+/** How often the lease holder looks for miners whose process died (their heartbeats stopped reaching the database). */
+const ORPHAN_SWEEP_MS = 5000;
+
+/**
+ * Whether this process runs the run's singleton jobs. With the embedded
+ * database there is one process: it holds the lease from the start. With a
+ * PostgreSQL server, the lease is a session advisory lock on a connection of
+ * its own: tried every LEASE_RETRY_MS until taken, checked as often while held
+ * (a connection that broke lost the lock with it: PostgreSQL releases a dead
+ * session's locks, which is how another process takes over from one killed).
+ */
+export class JobLease {
+  held = false;
+  private client?: pg.Client;
+  private timer?: NodeJS.Timeout;
+  private closed = false;
+  private readonly listeners: Array<(held: boolean) => void> = [];
+
+  constructor(
+    private readonly url: string | undefined,
+    private readonly runId: number,
+    private readonly log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void },
+    private readonly retryMs = LEASE_RETRY_MS,
+  ) {}
+
+  /** Called with true when this process takes the lease, false when it loses it. */
+  onChange(listener: (held: boolean) => void): void {
+    this.listeners.push(listener);
+  }
+
+  start(): void {
+    if (!this.url) return this.set(true);
+    void this.attempt();
+  }
+
+  private set(held: boolean): void {
+    if (held === this.held) return;
+    this.held = held;
+    this.log.info({ held, runId: this.runId }, held ? 'this process runs the singleton jobs' : 'this process lost the singleton jobs');
+    for (const l of this.listeners) l(held);
+  }
+
+  private async attempt(): Promise<void> {
+    if (this.closed) return;
+    try {
+      if (!this.client) {
+        const client = new pg.Client({ connectionString: this.url, keepAlive: true });
+        client.on('error', () => this.lost(client));
+        client.on('end', () => this.lost(client));
+        this.client = client;
+        await client.connect();
+      }
+      const client = this.client;
+      if (this.held) await client.query('SELECT 1'); // still ours while this session lives
+      else {
+        const { rows } = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [JOBS_LOCK, this.runId]);
+        if (rows[0]?.ok && !this.closed) this.set(true);
+      }
+    } catch (err) {
+      if (this.client) this.lost(this.client, err);
+    }
+    if (!this.closed) this.timer = setTimeout(() => void this.attempt(), this.retryMs);
+  }
+
+  private lost(client: pg.Client, err?: unknown): void {
+    if (this.client !== client) return;
+    this.client = undefined;
+    client.end().catch(() => {});
+    if (!this.closed) this.log.warn({ err }, 'the singleton jobs lease connection broke');
+    this.set(false);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    const client = this.client;
+    this.client = undefined;
+    this.set(false);
+    await client?.end().catch(() => {}); // the lock goes with the session
+  }
+}
+
+/** Redis clients for socket.io's adapter (publish and subscribe), connected, or a named error. */
+export async function redisClients(url: string): Promise<{ pub: Redis; sub: Redis; close(): Promise<void> }> {
+  const pub = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3 });
+  const sub = pub.duplicate();
+  try {
+    await Promise.all([pub.connect(), sub.connect()]);
+  } catch (e) {
+    pub.disconnect();
+    sub.disconnect();
+    throw new Error(`could not reach Redis at REDIS_URL (${(e as Error).message})`);
+  }
+  return {
+    pub,
+    sub,
+    async close() {
+      await Promise.allSettled([pub.quit(), sub.quit()]);
+    },
+  };
+}
+
+/** socket.io's Redis adapter over those clients, its channels named by the run. */
+export function redisAdapter(clients: { pub: Redis; sub: Redis }, run: string): ReturnType<typeof createAdapter> {
+  return createAdapter(clients.pub, clients.sub, { key: `tah:${run}` });
+}
+
+/** Server-side messages between the processes of one run. */
+const MINER = 'tah:miner';
+const LOOK = 'tah:stage-map';
+const DELTA = 'tah:stage-delta';
+const VIEWS = 'tah:stage-views';
+
+/** One coordinator process's part in a scaled-out run (attached as `coordinator.scaleOut`). */
+export class ScaleOut {
+  private lastOrphanSweep = 0;
+
+  constructor(
+    private readonly io: Server,
+    private readonly c: Coordinator,
+    readonly lease: JobLease,
+    /** A miner silent this long in the database (its process died) is dropped by the lease holder. */
+    private readonly silentMs: number,
+  ) {
+    io.on(MINER, (action: MinerAction) => c.toMiner(action, true));
+    io.on(LOOK, () => {
+      if (lease.held) void c.publishStageMap().catch((err: unknown) => c.log.error({ err }, 'could not publish the stage map'));
+    });
+    io.on(DELTA, (delta: unknown) => c.stageFeed.mirror(delta));
+    io.on(VIEWS, (ack: unknown) => {
+      if (typeof ack === 'function') ack(lease.held ? c.stageFeed.view([...Array(c.run.stages).keys()]) : null);
+    });
+    lease.onChange((held) => {
+      if (held) void c.stageFeed.lead().catch((err: unknown) => c.log.error({ err }, 'could not publish the stage map'));
+      else this.follow();
+    });
+    if (!lease.held) this.follow();
+  }
+
+  private follow(): void {
+    this.c.stageFeed.follow(
+      () => this.io.serverSideEmit(LOOK),
+      () => this.resync(),
+    );
+    this.resync();
+  }
+
+  /** A follower's mirror from the publisher (when it starts following, and after a missed delta). */
+  private resync(): void {
+    // Every other process answers (the adapter waits up to its requestsTimeout, 5 s); the lease holder's answer is the map.
+    this.io.serverSideEmitWithAck(VIEWS).then(
+      (answers: unknown[]) => {
+        for (const views of answers) if (views) this.c.stageFeed.replace(views);
+      },
+      (err: unknown) => this.c.log.warn({ err }, 'not every coordinator process answered for the stage map'),
+    );
+  }
+
+  /** Whether a miner of this run is active (connected to some process). */
+  async isActive(id: string): Promise<boolean> {
+    const [row] = await this.c.db.query(`SELECT 1 FROM miners WHERE id = $1 AND run_id = $2 AND status = 'active'`, [id, this.c.runId]);
+    return Boolean(row);
+  }
+
+  /** Sends what concerns a miner connected to another process to every process; the one holding it acts. */
+  forward(action: MinerAction): void {
+    this.io.serverSideEmit(MINER, action);
+  }
+
+  /** The publisher's delta, for the other processes' mirrors. */
+  deltaPublished(delta: StageDelta): void {
+    if (this.lease.held) this.io.serverSideEmit(DELTA, delta);
+  }
+
+  /**
+   * The lease holder's sweep: miners still active in the database whose
+   * heartbeats stopped reaching it (each process writes its miners' times every
+   * LIVENESS_FLUSH_MS) belonged to a process that died. They are dropped, and
+   * their stages refilled, as a silent miner is.
+   */
+  async tick(): Promise<void> {
+    if (!this.lease.held || Date.now() - this.lastOrphanSweep < ORPHAN_SWEEP_MS) return;
+    this.lastOrphanSweep = Date.now();
+    const gone = await this.c.db.query<{ id: string }>(
+      `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND last_seen_at < now() - make_interval(secs => $2) RETURNING id`,
+      [this.c.runId, (this.silentMs + 2 * LIVENESS_FLUSH_MS) / 1000],
+    );
+    if (gone.length === 0) return;
+    this.c.log.warn({ miners: gone.length }, 'dropped miners whose coordinator process stopped');
+    for (const { id } of gone) this.c.toMiner({ id, kind: 'emit', event: 'dropped', payload: { reason: 'silent' } });
+    await rebalanceStages(this.c);
+  }
+}
