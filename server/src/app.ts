@@ -159,7 +159,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const network = networkSettings(options.network); // so does a bad STUN or TURN setting
   const limits = { ...DEFAULT_HTTP_LIMITS, ...options.http };
   if (options.redisUrl && !options.database?.url) throw new Error('scale-out mode (REDIS_URL) needs a PostgreSQL server (DATABASE_URL) that every process shares');
-  const redis = options.redisUrl ? await redisClients(options.redisUrl) : undefined;
+
   const fastify = Fastify({
     logger: options.logger ?? false,
     bodyLimit: 64 * 1024,
@@ -178,6 +178,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     req.log.error({ err }, 'request failed');
     return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
   });
+  const redis = options.redisUrl ? await redisClients(options.redisUrl, fastify.log) : undefined;
   // Every route, per client IP; over the limit: 429 RATE_LIMITED with the time to wait (and retry-after).
   // In scale-out mode the counts are kept in Redis, so an IP's budget is the run's, not each process's.
   await fastify.register(rateLimit, {
@@ -264,6 +265,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
       await lease.close();
       await localMiners.close(closeOptions.keepLocalMiners);
       feed.close();
+      coordinator.scaleOut?.close();
       io.close();
       await validator.close();
       // Requests in flight finish; a keep-alive connection is closed as soon as it goes idle,

@@ -116,10 +116,16 @@ export class JobLease {
   }
 }
 
-/** Redis clients for socket.io's adapter (publish and subscribe), connected, or a named error. */
-export async function redisClients(url: string): Promise<{ pub: Redis; sub: Redis; close(): Promise<void> }> {
+/**
+ * Redis clients for socket.io's adapter (publish and subscribe), connected, or a named error. A
+ * connection that breaks later is logged and reconnected by ioredis; once closed, nothing is logged
+ * (a departure handled during shutdown may still try to publish).
+ */
+export async function redisClients(url: string, log: { warn(obj: object, msg: string): void }): Promise<{ pub: Redis; sub: Redis; close(): Promise<void> }> {
   const pub = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3 });
   const sub = pub.duplicate();
+  let closed = false;
+  for (const client of [pub, sub]) client.on('error', (err: Error) => void (closed || log.warn({ err }, 'Redis connection error')));
   try {
     await Promise.all([pub.connect(), sub.connect()]);
   } catch (e) {
@@ -131,6 +137,7 @@ export async function redisClients(url: string): Promise<{ pub: Redis; sub: Redi
     pub,
     sub,
     async close() {
+      closed = true;
       await Promise.allSettled([pub.quit(), sub.quit()]);
     },
   };
@@ -150,6 +157,8 @@ const VIEWS = 'tah:stage-views';
 /** One coordinator process's part in a scaled-out run (attached as `coordinator.scaleOut`). */
 export class ScaleOut {
   private lastOrphanSweep = 0;
+  /** Set when the process stops: nothing more is sent to the others. */
+  private closed = false;
 
   constructor(
     private readonly io: Server,
@@ -175,7 +184,7 @@ export class ScaleOut {
 
   private follow(): void {
     this.c.stageFeed.follow(
-      () => this.io.serverSideEmit(LOOK),
+      () => this.emit(LOOK),
       () => this.resync(),
     );
     this.resync();
@@ -183,6 +192,7 @@ export class ScaleOut {
 
   /** A follower's mirror from the publisher (when it starts following, and after a missed delta). */
   private resync(): void {
+    if (this.closed) return;
     // Every other process answers (the adapter waits up to its requestsTimeout, 5 s); the lease holder's answer is the map.
     this.io.serverSideEmitWithAck(VIEWS).then(
       (answers: unknown[]) => {
@@ -200,12 +210,21 @@ export class ScaleOut {
 
   /** Sends what concerns a miner connected to another process to every process; the one holding it acts. */
   forward(action: MinerAction): void {
-    this.io.serverSideEmit(MINER, action);
+    this.emit(MINER, action);
+  }
+
+  private emit(event: string, ...args: unknown[]): void {
+    if (!this.closed) this.io.serverSideEmit(event, ...args);
+  }
+
+  /** The process stops: what its departing connections would tell the others is not sent. */
+  close(): void {
+    this.closed = true;
   }
 
   /** The publisher's delta, for the other processes' mirrors. */
   deltaPublished(delta: StageDelta): void {
-    if (this.lease.held) this.io.serverSideEmit(DELTA, delta);
+    if (this.lease.held) this.emit(DELTA, delta);
   }
 
   /**
