@@ -18,7 +18,9 @@ import { DEFAULT_HEARTBEAT_MS } from './operator-settings';
 export type MinerAction =
   | { id: string; kind: 'emit'; event: string; payload: unknown }
   | { id: string; kind: 'moved'; from: number; to: number; reason: string }
-  | { id: string; kind: 'flagged'; flag: string; reason: string };
+  | { id: string; kind: 'flagged'; flag: string; reason: string }
+  /** Dropped (silent): its connection is closed, and its close changes nothing more. */
+  | { id: string; kind: 'disconnect' };
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator {
@@ -111,11 +113,7 @@ export class Coordinator {
       [this.runId, quiet, connections],
     );
     for (const id of quiet) this.liveness.forget(id);
-    for (const { id } of silent) {
-      this.live.forget(id);
-      this.sockets.get(id)?.disconnect(true);
-      this.sockets.delete(id);
-    }
+    for (const { id } of silent) this.toMiner({ id, kind: 'disconnect' });
     if (silent.length > 0) await rebalanceStages(this);
     return silent.map((r) => r.id);
   }
@@ -175,6 +173,11 @@ export class Coordinator {
       socket.join(stageRoom(action.to));
       socket.emit('reassigned', { stage: action.to, reason: action.reason });
       socket.emit('stages', this.stageFeed.snapshot(action.to));
+    } else if (action.kind === 'disconnect') {
+      this.live.forget(action.id);
+      this.liveness.forget(action.id);
+      this.sockets.delete(action.id);
+      socket.disconnect(true);
     } else {
       socket.emit('flagged', { kind: action.flag, reason: action.reason });
       for (const room of socket.rooms) if (room.startsWith('stage:')) socket.leave(room);

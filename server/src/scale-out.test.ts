@@ -165,7 +165,9 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
     const back0 = await joined(b.url, m0.identity);
     const back2 = await joined(b.url, m2.identity);
     expect([back0.stage, back2.stage]).toEqual([0, 2]);
-    expect(Date.now() - killedAt).toBeLessThan(30_000);
+    const backMs = Date.now() - killedAt;
+    console.log(`scale-out: B held the singleton jobs ${takeoverMs} ms after A was killed; A's two miners were registered on B ${backMs} ms after`);
+    expect(backMs).toBeLessThan(15_000);
     expect((await status(b.url))?.activeMiners).toBe(3);
     // B, now the publisher, numbers the stages on from a jump (StageMapFeed.lead): the stage-1 miner, whose numbers
     // came from A, sees the gap at B's first delta, fetches again, and has the newcomer.

@@ -242,7 +242,8 @@ export class ScaleOut {
     );
     if (gone.length === 0) return;
     this.c.log.warn({ miners: gone.length }, 'dropped miners whose coordinator process stopped');
-    for (const { id } of gone) this.c.toMiner({ id, kind: 'emit', event: 'dropped', payload: { reason: 'silent' } });
+    // One still connected somewhere (its process's writes stalled) is disconnected, and registers again.
+    for (const { id } of gone) this.c.toMiner({ id, kind: 'disconnect' });
     await rebalanceStages(this.c);
   }
 }
