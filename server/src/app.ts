@@ -1,3 +1,4 @@
+import proxyaddr from '@fastify/proxy-addr';
 import rateLimit from '@fastify/rate-limit';
 import fastifyStatic from '@fastify/static';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -73,9 +74,15 @@ export interface HttpLimits {
    * stricter limits of their own. socket.io's own requests are not counted here (see socketRates).
    */
   requestsPerIpPerMinute: number;
+  /**
+   * The load balancers in front (scale-out mode; README, "Scale-out"): addresses, CIDRs or `loopback`.
+   * A request from one is the client's that X-Forwarded-For names, for its rate limit; connections from
+   * one are not capped per IP here (the balancer caps each client's), since every client comes through it.
+   */
+  trustedProxies: string[];
 }
 
-export const DEFAULT_HTTP_LIMITS: HttpLimits = { requestTimeoutMs: 120_000, headersTimeoutMs: 20_000, maxConnectionsPerIp: 256, requestsPerIpPerMinute: 1200 };
+export const DEFAULT_HTTP_LIMITS: HttpLimits = { requestTimeoutMs: 120_000, headersTimeoutMs: 20_000, maxConnectionsPerIp: 256, requestsPerIpPerMinute: 1200, trustedProxies: [] };
 
 /**
  * The HTTP server under Fastify and socket.io: a request that never finishes
@@ -89,8 +96,10 @@ function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void
     handler,
   );
   const open = new Map<string, number>();
+  const proxy = limits.trustedProxies.length > 0 ? proxyaddr.compile(limits.trustedProxies) : undefined;
   server.on('connection', (socket: Socket) => {
     const ip = socket.remoteAddress ?? '?';
+    if (proxy?.(ip, 0)) return; // a load balancer's: it caps each client's connections itself
     const n = (open.get(ip) ?? 0) + 1;
     if (n > limits.maxConnectionsPerIp) {
       socket.destroy();
@@ -164,6 +173,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     logger: options.logger ?? false,
     bodyLimit: 64 * 1024,
     serverFactory: (handler) => httpServer(handler, limits),
+    // Behind a load balancer, a request's client (req.ip, the rate limit's key) is the one it forwards.
+    ...(limits.trustedProxies.length > 0 ? { trustProxy: limits.trustedProxies } : {}),
     // Schemas hold as written: Fastify's default Ajv turned a one-element array into the string it
     // wraps and dropped unknown fields, so a body the docs refuse (400) was taken. Query strings are
     // strings too, and their schemas say so (routes/rewards.ts).
@@ -190,7 +201,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     errorResponseBuilder: (_req, context) => new RateLimited(context.ttl),
   });
   const db = await openDatabase(options.database ?? {});
-  const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log);
+  const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log, Boolean(redis));
   coordinator.setNetwork(network);
   if (!redis) {
     // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
@@ -228,7 +239,10 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const sweepMs = Math.min(1000, silentMs / 2);
   // One process runs the singleton jobs (validator, settlement, local miners, the stage map's publisher): with one process, this one.
   const lease = new JobLease(redis ? options.database?.url : undefined, coordinator.runId, fastify.log);
-  if (redis) coordinator.scaleOut = new ScaleOut(io, coordinator, lease, silentMs);
+  if (redis) {
+    coordinator.scaleOut = new ScaleOut(io, coordinator, lease, silentMs);
+    coordinator.scaleOut.probeAnswers = (probeId, minerId, bytes) => validator.spotChecks.answer(probeId, minerId, bytes);
+  }
   lease.start();
   // When this process itself stalled (a large checkpoint stored, a GC pause), what miners sent
   // meanwhile (heartbeats, merge answers) is still queued behind this timer: no miner is called

@@ -19,7 +19,8 @@
  * own frame relay, capped per miner; off by default with --local-miners 0.
  * Limits and timings (operator-settings.ts; or the TAH_… variables named there):
  * --max-connections-per-ip N, --requests-per-ip-per-minute N,
- * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N.
+ * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N, --trust-proxy addr,…
+ * (the load balancers in front: clients are those they forward).
  * DATABASE_URL and REDIS_URL together: scale-out mode, several processes serving one run
  * behind a load balancer (scale-out.ts; README, "Scale-out").
  */
@@ -52,6 +53,7 @@ const { values } = parseArgs({
     'socket-rates': { type: 'string', default: process.env[OPERATOR_FLAGS['socket-rates']] },
     'heartbeat-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['heartbeat-ms']] },
     'silent-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['silent-ms']] },
+    'trust-proxy': { type: 'string', default: process.env[OPERATOR_FLAGS['trust-proxy']] },
   },
 });
 
@@ -63,6 +65,7 @@ try {
     socketRates: values['socket-rates'],
     heartbeatMs: values['heartbeat-ms'],
     silentMs: values['silent-ms'],
+    trustProxy: values['trust-proxy'],
   });
 } catch (e) {
   if (!(e instanceof SettingError)) throw e;

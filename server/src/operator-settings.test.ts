@@ -45,6 +45,11 @@ describe("the operator's settings", () => {
     expect(refused({ socketRates: 'heartbeat=0/1000' })).toBe('socket-rates heartbeat max');
     expect(refused({ heartbeatMs: '100' })).toBe('heartbeat-ms');
     expect(refused({ heartbeatMs: '5000', silentMs: '6000' })).toBe('silent-ms');
+    // The load balancers in front: addresses, CIDRs or proxy-addr's names; anything else is refused by name.
+    expect(operatorSettings({ trustProxy: '10.0.0.5, 192.168.0.0/16,loopback' }).http).toEqual({ trustedProxies: ['10.0.0.5', '192.168.0.0/16', 'loopback'] });
+    expect(refused({ trustProxy: 'balancer.example' })).toBe('trust-proxy');
+    expect(refused({ trustProxy: '10.0.0.0/33' })).toBe('trust-proxy');
+    expect(refused({ trustProxy: ' , ' })).toBe('trust-proxy');
   });
 
   it('tells each miner the heartbeat interval when it registers', async () => {

@@ -1,3 +1,4 @@
+import proxyaddr from '@fastify/proxy-addr';
 import type { AppOptions, HttpLimits } from './app';
 import { DEFAULT_SOCKET_RATES, type RatedEvent, type SocketRate, type SocketRates } from './socket/rate-limits';
 
@@ -26,6 +27,7 @@ export const MIN_SILENT_MS = 15_000;
  *   --socket-rates event=max/ms,…       TAH_SOCKET_RATES   (e.g. heartbeat=10/1000,receipt=800/1000)
  *   --heartbeat-ms N                    TAH_HEARTBEAT_MS   (told to miners when they register)
  *   --silent-ms N                       TAH_SILENT_MS      (default: 7.5 heartbeats, at least 15 s)
+ *   --trust-proxy addr,…                TAH_TRUST_PROXY    (the load balancers' addresses or CIDRs, or loopback)
  */
 export interface OperatorInput {
   maxConnectionsPerIp?: string;
@@ -33,6 +35,7 @@ export interface OperatorInput {
   socketRates?: string;
   heartbeatMs?: string;
   silentMs?: string;
+  trustProxy?: string;
 }
 
 export const OPERATOR_FLAGS = {
@@ -41,6 +44,7 @@ export const OPERATOR_FLAGS = {
   'socket-rates': 'TAH_SOCKET_RATES',
   'heartbeat-ms': 'TAH_HEARTBEAT_MS',
   'silent-ms': 'TAH_SILENT_MS',
+  'trust-proxy': 'TAH_TRUST_PROXY',
 } as const;
 
 function whole(setting: string, raw: string, min: number, max: number): number {
@@ -62,11 +66,29 @@ export function parseSocketRates(raw: string): Partial<SocketRates> {
   return out;
 }
 
+/**
+ * `addr,…`: the load balancers in front of the coordinator (IP addresses, CIDRs, or proxy-addr's names
+ * `loopback`, `linklocal`, `uniquelocal`). From these, a request's client is the one X-Forwarded-For names.
+ */
+export function parseTrustedProxies(raw: string): string[] {
+  const list = raw.split(',').map((p) => p.trim()).filter(Boolean);
+  if (list.length === 0) throw new SettingError('trust-proxy', 'names at least one address, CIDR, loopback, linklocal or uniquelocal');
+  for (const entry of list) {
+    try {
+      proxyaddr.compile(entry);
+    } catch {
+      throw new SettingError('trust-proxy', `each entry is an IP address, a CIDR (10.0.0.0/8), loopback, linklocal or uniquelocal, not ${JSON.stringify(entry)}`);
+    }
+  }
+  return list;
+}
+
 /** What the operator's settings make of the app's options. */
 export function operatorSettings(input: OperatorInput): Pick<AppOptions, 'http' | 'socketRates' | 'heartbeatMs' | 'silentMs'> {
   const http: Partial<HttpLimits> = {};
   if (input.maxConnectionsPerIp !== undefined) http.maxConnectionsPerIp = whole('max-connections-per-ip', input.maxConnectionsPerIp, 1, 1_000_000);
   if (input.requestsPerIpPerMinute !== undefined) http.requestsPerIpPerMinute = whole('requests-per-ip-per-minute', input.requestsPerIpPerMinute, 1, 10_000_000);
+  if (input.trustProxy !== undefined) http.trustedProxies = parseTrustedProxies(input.trustProxy);
   const heartbeatMs = input.heartbeatMs === undefined ? DEFAULT_HEARTBEAT_MS : whole('heartbeat-ms', input.heartbeatMs, 500, 60_000);
   const silentMs = input.silentMs === undefined ? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * heartbeatMs) : whole('silent-ms', input.silentMs, 1000, 3_600_000);
   if (silentMs < 2 * heartbeatMs) throw new SettingError('silent-ms', `must be at least two heartbeats (${2 * heartbeatMs} ms): a miner would be dropped between two of its heartbeats`);

@@ -22,6 +22,16 @@ describe('rate limits', () => {
     expect((await app.fastify.inject({ method: 'GET', url: '/api/status', remoteAddress: '10.9.8.7' })).statusCode).toBe(200);
   });
 
+  it('behind a trusted load balancer, count each forwarded client, and believe no one else who says they forward', async () => {
+    const { app } = await h.start('hardening-http-rate-proxy', undefined, { http: { requestsPerIpPerMinute: 2, trustedProxies: ['10.1.0.0/24'] } });
+    const via = (client: string, from = '10.1.0.9') => app.fastify.inject({ method: 'GET', url: '/api/status', remoteAddress: from, headers: { 'x-forwarded-for': client } }).then((r) => r.statusCode);
+    // Two clients behind the balancer: each its own budget, though every request comes from the balancer.
+    expect([await via('203.0.113.1'), await via('203.0.113.1'), await via('203.0.113.1')]).toEqual([200, 200, 429]);
+    expect([await via('203.0.113.2'), await via('203.0.113.2')]).toEqual([200, 200]);
+    // A client that is not the balancer names someone else in the header: its own address is counted.
+    expect([await via('203.0.113.3', '198.51.100.7'), await via('203.0.113.4', '198.51.100.7'), await via('203.0.113.5', '198.51.100.7')]).toEqual([200, 200, 429]);
+  });
+
   it('refuse socket events over budget by name, with the time to wait, per connection and per miner, and take them again after it', async () => {
     const { app, url } = await h.start('hardening-socket-rate', undefined, { socketRates: { heartbeat: { max: 3, perMs: 1000 }, other: { max: 2, perMs: 1000 } } });
     const identity = generateIdentity();

@@ -24,4 +24,14 @@ describe('a request that never finishes', () => {
     await new Promise((r) => setTimeout(r, 200));
     expect((await fetch(`${url}/api/status`)).status).toBe(200);
   });
+
+  it('leaves the cap to a trusted load balancer: connections from it are not counted', async () => {
+    const { url } = await h.start('hardening-limits-proxy', undefined, { http: { maxConnectionsPerIp: 2, trustedProxies: ['loopback'] } });
+    const { hostname, port } = new URL(url);
+    await Promise.all(Array.from({ length: 5 }, () => new Promise<NetSocket>((r) => h.raw.push(createConnection({ host: hostname, port: Number(port) }, function (this: NetSocket) { r(this); })))));
+    // Five held from the balancer's address, and a sixth request still served.
+    expect((await fetch(`${url}/api/status`)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(h.raw.filter((s) => !s.destroyed).length).toBeGreaterThanOrEqual(5);
+  });
 });
