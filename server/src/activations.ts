@@ -19,7 +19,15 @@ const MAX_REMEMBERED = 200_000;
  * that never happened and is refused by name (UNKNOWN_ACTIVATION). Reports
  * that overtake the announcement on another connection wait for it a little.
  */
+/** With several coordinator processes, how often a report waiting for its microbatch looks for it in the database. */
+export const SHARED_LOOKUP_MS = 250;
+
 export class ActivationRegistry {
+  /**
+   * One of several coordinator processes (scale-out.ts): a microbatch may be announced on another, so a
+   * report waiting for it also looks in the database (the announcing receipt is stored there) while it waits.
+   */
+  shared = false;
   private readonly known = new Map<string, string>();
   private readonly waiters = new Map<string, Array<(known: boolean) => void>>();
 
@@ -77,14 +85,28 @@ export class ActivationRegistry {
       this.waiters.set(activationId, list);
       const done = (known: boolean): void => {
         clearTimeout(timer);
+        clearInterval(look);
         resolve(known);
       };
-      const timer = setTimeout(() => {
+      const give = (known: boolean): void => {
         const rest = (this.waiters.get(activationId) ?? []).filter((w) => w !== done);
         if (rest.length) this.waiters.set(activationId, rest);
         else this.waiters.delete(activationId);
-        resolve(false);
-      }, waitMs);
+        done(known);
+      };
+      const timer = setTimeout(() => give(false), waitMs);
+      const look = this.shared
+        ? setInterval(() => {
+            this.db.query('SELECT 1 FROM receipts WHERE run_id = $1 AND activation_id = $2 LIMIT 1', [this.runId, activationId]).then(
+              (rows) => {
+                if (rows.length === 0 || !this.waiters.has(activationId)) return;
+                this.known.set(activationId, '');
+                give(true);
+              },
+              () => {},
+            );
+          }, SHARED_LOOKUP_MS)
+        : undefined;
       list.push(done);
     });
   }

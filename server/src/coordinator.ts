@@ -83,7 +83,8 @@ export class Coordinator {
   }
 
   /** Loads the run by name, creating it on first start; a restart resumes the same run. */
-  static async open(db: Database, run: RunConfig, log: FastifyBaseLogger): Promise<Coordinator> {
+  /** `shared`: one of several processes of the run (scale-out.ts); its phases load when it takes the singleton jobs. */
+  static async open(db: Database, run: RunConfig, log: FastifyBaseLogger, shared = false): Promise<Coordinator> {
     const rows = await db.query<{ id: number; config: RunConfig }>(
       `INSERT INTO runs (name, config) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING id, config`,
       [run.name, JSON.stringify(run)],
@@ -94,7 +95,8 @@ export class Coordinator {
     config.incentives = { ...DEFAULT_INCENTIVES, ...config.incentives }; // …and before incentives
     // A run's layout never changes under its miners: the stored one wins.
     const coordinator = new Coordinator(db, config, stored.id, log);
-    await coordinator.phases.load();
+    coordinator.phases.leading = !shared;
+    await coordinator.phases.load(!shared);
     return coordinator;
   }
 

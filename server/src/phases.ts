@@ -58,6 +58,17 @@ export class PhaseMachine {
    * window may still count them. Verified work is counted from these, never recomputed from every receipt.
    */
   private readonly verified = new Map<string, { from: string; to: string; first: number; last: number }>();
+  /**
+   * Whether this process runs the phases (always with one process). In scale-out mode only the singleton
+   * jobs' holder does (scale-out.ts): the others pass their miners' merge answers and verified transfers
+   * to it (`remote`), and show the stages as it last published them (`mirror`).
+   */
+  leading = true;
+  remote?: {
+    call(kind: 'ready' | 'merged', minerId: string, msg: ClientMessage<'merge-ready'> | ClientMessage<'merged'>, arrived: string): Promise<void>;
+    verified(activationId: string, from: string, to: string, a: string, b: string): void;
+  };
+  private mirrored?: Array<{ stage: number; round: number; phase: string }>;
 
   constructor(private readonly c: Coordinator) {
     this.stages = Array.from({ length: c.run.stages }, () => this.fresh(0));
@@ -68,15 +79,36 @@ export class PhaseMachine {
     return { round, phase: 'training', since: new Date(), triggeredAt: undefined, members: [], ready: new Map(), readyDeadline: 0, go: undefined, merged: new Map(), roundDeadline: 0, busy: false };
   }
 
-  /** Resumes round numbers after a restart; a merge cut short by the restart counts as over. */
-  async load(): Promise<void> {
+  /**
+   * Resumes round numbers after a restart; a merge cut short by the restart counts as over. `takeOver` false:
+   * only the numbers (a process of several that does not run the phases: the one that does may be merging).
+   */
+  async load(takeOver = true): Promise<void> {
     const rows = await this.c.db.query<{ stage: number; round: number }>(`SELECT stage, max(epoch)::int AS round FROM epochs WHERE run_id = $1 GROUP BY stage`, [this.c.runId]);
     for (const r of rows) if (this.stages[r.stage]) this.stages[r.stage] = this.fresh(r.round);
+    if (!takeOver) return;
     await this.c.db.query(`UPDATE epochs SET phase = 'training', ended_at = coalesce(ended_at, now()) WHERE run_id = $1 AND phase = 'merging'`, [this.c.runId]);
   }
 
   status(): Array<{ stage: number; round: number; phase: string }> {
+    if (!this.leading && this.mirrored) return this.mirrored.map((s) => ({ ...s }));
     return this.stages.map((s, stage) => ({ stage, round: s.round, phase: s.phase }));
+  }
+
+  /** The leading process's stages, as it published them (scale-out.ts); anything malformed is ignored. */
+  mirror(status: unknown): void {
+    if (!Array.isArray(status) || status.length !== this.stages.length) return;
+    const ok = status.every((s: { stage?: unknown; round?: unknown; phase?: unknown }, i) => s?.stage === i && Number.isSafeInteger(s.round) && (s.phase === 'training' || s.phase === 'merging'));
+    if (ok) this.mirrored = status.map((s: { stage: number; round: number; phase: string }) => ({ stage: s.stage, round: s.round, phase: s.phase }));
+  }
+
+  /** This process starts running the phases (it took the singleton jobs): rounds resume from the database, as after a restart. */
+  async lead(): Promise<void> {
+    for (let stage = 0; stage < this.stages.length; stage++) this.stages[stage] = this.fresh(0);
+    this.awaited.fill(undefined);
+    this.verified.clear();
+    await this.load();
+    this.leading = true;
   }
 
   /**
@@ -86,6 +118,7 @@ export class PhaseMachine {
    * are read); a phase then ends only when everyone has answered.
    */
   async tick(deadlinesTrusted = true): Promise<void> {
+    if (!this.leading) return;
     await Promise.all(this.stages.map((s, stage) => this.tickStage(stage, s, deadlinesTrusted)));
   }
 
@@ -124,7 +157,8 @@ export class PhaseMachine {
     const a = this.awaited[stage];
     if (!a || now < a.askAt) return;
     const [stored] = await this.c.db.query('SELECT 1 FROM checkpoints WHERE run_id = $1 AND stage = $2 AND epoch = $3 AND hash = $4 AND data IS NOT NULL', [this.c.runId, stage, a.round, a.hash]);
-    const next = stored ? undefined : a.holders.find((id) => this.c.sockets.get(id));
+    let next: string | undefined;
+    for (const id of stored ? [] : a.holders) if (!next && (await this.c.canReach(id))) next = id;
     if (!next) {
       if (!stored) this.c.log.warn({ stage, round: a.round }, 'no replica sent the round\'s checkpoint');
       this.awaited[stage] = undefined;
@@ -132,7 +166,7 @@ export class PhaseMachine {
     }
     a.holders = a.holders.filter((id) => id !== next);
     a.askAt = now + CHECKPOINT_WAIT_MS;
-    this.c.sockets.get(next)!.emit('checkpoint', { v: PROTOCOL_VERSION, stage, round: a.round, hash: a.hash });
+    this.c.toMiner({ id: next, kind: 'emit', event: 'checkpoint', payload: { v: PROTOCOL_VERSION, stage, round: a.round, hash: a.hash } });
   }
 
   /**
@@ -140,6 +174,7 @@ export class PhaseMachine {
    * work of its receiver (and, from stage 0, of its sender) in any window that holds both receipts' arrivals.
    */
   noteVerified(activationId: string, from: string, to: string, a: Date | string, b: Date | string): void {
+    if (!this.leading && this.remote) return this.remote.verified(activationId, from, to, new Date(a).toISOString(), new Date(b).toISOString());
     const key = `${activationId}:${from}:${to}`;
     if (this.verified.has(key)) return; // both receipts' handlers may see the pair
     const [t1, t2] = [new Date(a).getTime(), new Date(b).getTime()];
@@ -181,10 +216,11 @@ export class PhaseMachine {
     s.triggeredAt = new Date();
     s.members = members.sort();
     s.readyDeadline = Date.now() + this.c.run.merge.readyMs;
-    for (const id of s.members) this.c.sockets.get(id)?.emit('merge', { v: PROTOCOL_VERSION, stage, round });
+    for (const id of s.members) this.c.toMiner({ id, kind: 'emit', event: 'merge', payload: { v: PROTOCOL_VERSION, stage, round } });
   }
 
   async onReady(minerId: string, msg: ClientMessage<'merge-ready'>, arrived = new Date().toISOString()): Promise<void> {
+    if (!this.leading && this.remote) return this.remote.call('ready', minerId, msg, arrived);
     const s = this.stages[msg.stage];
     if (!s || s.phase !== 'merging' || s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not waiting for replicas of round ${msg.round}`);
     if (!s.members.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a replica of that stage in this round');
@@ -255,7 +291,7 @@ export class PhaseMachine {
       s.go.seed,
     ]);
     // Everyone who was asked hears the outcome; one not named resumes training at once.
-    for (const id of s.members) this.c.sockets.get(id)?.emit('merge-go', s.go);
+    for (const id of s.members) this.c.toMiner({ id, kind: 'emit', event: 'merge-go', payload: s.go });
     if (participants.length === 0) await this.finish(stage, s);
   }
 
@@ -271,6 +307,7 @@ export class PhaseMachine {
 
   /** A replica's merge report; `arrived` (clock.ts) is when its training with the merged weights began, as the coordinator saw it. */
   async onMerged(minerId: string, msg: ClientMessage<'merged'>, arrived: string): Promise<void> {
+    if (!this.leading && this.remote) return this.remote.call('merged', minerId, msg, arrived);
     const s = this.stages[msg.stage];
     if (!s || s.phase !== 'merging' || !s.go || msg.round !== s.round) {
       // A participant's report that arrived after its round closed: the round's outcome stands, but the hash of the

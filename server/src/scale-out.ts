@@ -2,10 +2,11 @@ import { createAdapter } from '@socket.io/redis-adapter';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import type { Server } from 'socket.io';
-import type { StageDelta } from '@train-at-home/protocol';
+import { ProtocolError, type ClientMessage, type ProtocolErrorCode, type StageDelta } from '@train-at-home/protocol';
 import type { Coordinator, MinerAction } from './coordinator';
 import { LIVENESS_FLUSH_MS } from './liveness';
 import { rebalanceStages } from './socket/registration';
+import { ProbeError } from './validator/spot-checks';
 
 /**
  * Scale-out mode: several coordinator processes serve one run behind a load
@@ -25,9 +26,17 @@ import { rebalanceStages } from './socket/registration';
  *   process; the others mirror its deltas, so a snapshot or a REST fetch from
  *   any process follows the same numbering, and ask it to look when a miner
  *   registers or leaves with them.
+ * - **The merge phases** run in the lease holder's PhaseMachine. Another
+ *   process passes it its miners' `merge-ready` and `merged` (and answers
+ *   each miner with the holder's answer), and every transfer whose two
+ *   receipts it verified; it shows the stages' rounds as the holder publishes
+ *   them each second. A new holder resumes the rounds from the database, as a
+ *   restarted coordinator does.
+ * - **Microbatches** announced on another process are found in the database
+ *   (`ActivationRegistry.shared`: a report that waits for one looks again).
  *
- * Not yet shared (README.md, "Scale-out"): each process's phase machine, the
- * activations it has seen and the dashboard's live figures are its own.
+ * Not yet shared (README.md, "Scale-out"): the dashboard's live figures are
+ * each process's own.
  */
 
 /** The first key of the advisory lock that names a run's singleton-job holder (the second is the run's id). */
@@ -153,10 +162,19 @@ const MINER = 'tah:miner';
 const LOOK = 'tah:stage-map';
 const DELTA = 'tah:stage-delta';
 const VIEWS = 'tah:stage-views';
+const PHASE_CALL = 'tah:phase-call';
+const VERIFIED = 'tah:verified';
+const PHASES = 'tah:phases';
+const PROBE = 'tah:probe';
+
+type PhaseCall = { kind: 'ready'; minerId: string; msg: ClientMessage<'merge-ready'>; arrived: string } | { kind: 'merged'; minerId: string; msg: ClientMessage<'merged'>; arrived: string };
+type PhaseAnswer = { ok: true } | { ok: false; code: ProtocolErrorCode; message: string };
 
 /** One coordinator process's part in a scaled-out run (attached as `coordinator.scaleOut`). */
 export class ScaleOut {
   private lastOrphanSweep = 0;
+  /** The lease holder's spot checks (validator/spot-checks.ts): a probe's payload uploaded to another process is passed to them. */
+  probeAnswers?: (probeId: string, minerId: string, bytes: Uint8Array) => Promise<void>;
   /** Set when the process stops: nothing more is sent to the others. */
   private closed = false;
 
@@ -175,11 +193,81 @@ export class ScaleOut {
     io.on(VIEWS, (ack: unknown) => {
       if (typeof ack === 'function') ack(lease.held ? c.stageFeed.view([...Array(c.run.stages).keys()]) : null);
     });
+    // The merge phases: the holder answers what another process's miners said; the others answer nothing.
+    io.on(PHASE_CALL, (call: PhaseCall, ack: unknown) => {
+      if (typeof ack !== 'function') return;
+      if (!lease.held || !c.phases.leading) return ack(null);
+      void this.answer(call).then((a) => ack(a));
+    });
+    io.on(VERIFIED, (v: { activationId: string; from: string; to: string; a: string; b: string }) => {
+      if (c.phases.leading) c.phases.noteVerified(v.activationId, v.from, v.to, v.a, v.b);
+    });
+    io.on(PHASES, (status: unknown) => {
+      if (!lease.held) c.phases.mirror(status);
+    });
+    io.on(PROBE, (p: { probeId: string; minerId: string; bytes: Uint8Array }, ack: unknown) => {
+      if (typeof ack !== 'function') return;
+      if (!lease.held || !this.probeAnswers) return ack(null);
+      this.probeAnswers(p.probeId, p.minerId, new Uint8Array(p.bytes)).then(
+        () => ack({ ok: true }),
+        (e: unknown) => ack(e instanceof ProbeError ? { ok: false, code: e.code, message: e.message.replace(`${e.code}: `, '') } : { ok: false, code: 'NO_SUCH_PROBE', message: 'the validator could not take this answer' }),
+      );
+    });
+    c.phases.leading = lease.held;
+    c.phases.remote = {
+      call: (kind, minerId, msg, arrived) => this.callHolder({ kind, minerId, msg, arrived } as PhaseCall),
+      verified: (activationId, from, to, a, b) => this.emit(VERIFIED, { activationId, from, to, a, b }),
+    };
+    c.activations.shared = true;
     lease.onChange((held) => {
-      if (held) void c.stageFeed.lead().catch((err: unknown) => c.log.error({ err }, 'could not publish the stage map'));
-      else this.follow();
+      if (held) {
+        void c.stageFeed.lead().catch((err: unknown) => c.log.error({ err }, 'could not publish the stage map'));
+        void c.phases.lead().catch((err: unknown) => c.log.error({ err }, 'could not resume the merge phases'));
+      } else {
+        c.phases.leading = false;
+        this.follow();
+      }
     });
     if (!lease.held) this.follow();
+  }
+
+  /** The lease holder handles a merge answer another process's miner gave: the miner hears this answer. */
+  private async answer(call: PhaseCall): Promise<PhaseAnswer> {
+    try {
+      if (call.kind === 'ready') await this.c.phases.onReady(call.minerId, call.msg, call.arrived);
+      else await this.c.phases.onMerged(call.minerId, call.msg, call.arrived);
+      return { ok: true };
+    } catch (e) {
+      if (e instanceof ProtocolError) return { ok: false, code: e.code, message: e.message.replace(`${e.code}: `, '') };
+      this.c.log.error({ err: e }, 'a merge answer from another process failed');
+      return { ok: false, code: 'OUT_OF_PHASE', message: 'the coordinator could not take this answer' };
+    }
+  }
+
+  /** A probe's payload uploaded here, for the lease holder's spot checks; its answer (or named refusal) is theirs. */
+  async passProbe(probeId: string, minerId: string, bytes: Uint8Array): Promise<void> {
+    let answers: unknown[];
+    try {
+      answers = await this.io.serverSideEmitWithAck(PROBE, { probeId, minerId, bytes });
+    } catch {
+      throw new ProbeError('NO_SUCH_PROBE', 'the coordinator process that runs the validator did not answer in time');
+    }
+    const answer = answers.find((a): a is { ok: boolean; code?: ProbeError['code']; message?: string } => typeof a === 'object' && a !== null && 'ok' in a);
+    if (!answer) throw new ProbeError('NO_SUCH_PROBE', 'no coordinator process runs the validator right now');
+    if (!answer.ok) throw new ProbeError(answer.code ?? 'NO_SUCH_PROBE', answer.message ?? 'refused');
+  }
+
+  /** A merge answer of a miner connected here, for the phases the lease holder runs. */
+  private async callHolder(call: PhaseCall): Promise<void> {
+    let answers: unknown[];
+    try {
+      answers = await this.io.serverSideEmitWithAck(PHASE_CALL, call);
+    } catch {
+      throw new ProtocolError('OUT_OF_PHASE', 'the coordinator process that runs the merge phases did not answer in time');
+    }
+    const answer = answers.find((a): a is PhaseAnswer => typeof a === 'object' && a !== null && 'ok' in a);
+    if (!answer) throw new ProtocolError('OUT_OF_PHASE', 'no coordinator process runs the merge phases right now');
+    if (!answer.ok) throw new ProtocolError(answer.code, answer.message);
   }
 
   private follow(): void {
@@ -234,7 +322,10 @@ export class ScaleOut {
    * their stages refilled, as a silent miner is.
    */
   async tick(): Promise<void> {
-    if (!this.lease.held || Date.now() - this.lastOrphanSweep < ORPHAN_SWEEP_MS) return;
+    if (!this.lease.held) return;
+    // The stages' rounds and phases, for the other processes' registrations, loss reports and status.
+    if (this.c.phases.leading) this.emit(PHASES, this.c.phases.status());
+    if (Date.now() - this.lastOrphanSweep < ORPHAN_SWEEP_MS) return;
     this.lastOrphanSweep = Date.now();
     const gone = await this.c.db.query<{ id: string }>(
       `UPDATE miners SET status = 'dropped' WHERE run_id = $1 AND status = 'active' AND last_seen_at < now() - make_interval(secs => $2) RETURNING id`,

@@ -168,6 +168,8 @@ if (count > 1) {
           computeMs: Math.round(stats?.computeMs ?? 0),
           wallMs: Math.round(performance.now() - startedAt),
           resubmitted: miner.resubmitted,
+          // Loss reports and receipts the coordinator said it stored.
+          stored: miner.reportsStored,
         },
       }),
     );

@@ -163,6 +163,14 @@ export class Miner {
   /** While the coordinator is unreachable: since when, the next attempt (performance.now() times) and the last error. */
   private unreachable?: { since: number; nextTryAt: number; error?: string };
   private readonly unsent: Array<[ReportEvent, object]> = [];
+  /**
+   * Loss reports and receipts sent and not answered yet: sent again, in order, on re-registration (the
+   * connection, or its coordinator process, went away with them); one stored already is refused REPLAYED.
+   */
+  private readonly unanswered = new Map<number, [ReportEvent, object]>();
+  private reportSeq = 0;
+  /** Loss reports and receipts the coordinator answered as stored (or stored already). */
+  readonly reportsStored = { loss: 0, receipt: 0 };
   /** Times this miner registered again after losing the coordinator. */
   rejoined = 0;
   registration?: Registration & { layout: RunLayout };
@@ -817,7 +825,9 @@ export class Miner {
       // that round's record does not hold.
       this.connectedToCoordinator = true;
       this.unreachable = undefined;
-      for (const [event, payload] of this.unsent.splice(0)) this.report(event, payload);
+      const resend = [...this.unanswered.values()];
+      this.unanswered.clear();
+      for (const [event, payload] of [...resend, ...this.unsent.splice(0)]) this.report(event, payload);
       // A merge still waiting for merge-go will not get it; one in its all-reduce ends on its own deadlines
       // (resumed now, training would run in the middle of it, and end up in the audited round's record).
       if (!this.merging?.allReduce) this.endMerge();
@@ -840,7 +850,12 @@ export class Miner {
       return;
     }
     if (event !== 'merged') {
-      this.socket.emit(event, payload);
+      const key = this.reportSeq++;
+      this.unanswered.set(key, [event, payload]);
+      this.socket.emit(event, payload, (reply: { ok?: boolean; error?: { code?: string } } | undefined) => {
+        if (!this.unanswered.delete(key)) return; // sent again since, on another connection
+        if (reply?.ok || reply?.error?.code === 'REPLAYED') this.reportsStored[event]++;
+      });
       return;
     }
     const round = (payload as { round: number }).round;

@@ -56,7 +56,8 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator; localM
       database: db.kind,
       localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 },
       // Scale-out mode: whether this process runs the run's singleton jobs (one process does); null with one process.
-      scaleOut: coordinator.scaleOut ? { singletonJobs: coordinator.scaleOut.lease.held } : null,
+      // Several processes: whether this one runs the singleton jobs, and how many miners are connected to it.
+      scaleOut: coordinator.scaleOut ? { singletonJobs: coordinator.scaleOut.lease.held, connectedMiners: coordinator.sockets.size } : null,
     };
   });
   app.get('/api/stages', async () => ({ stages: await coordinator.stageMap() }));

@@ -160,6 +160,9 @@ export class SpotChecker {
    * one asked of another miner, or bytes that are not the confirmed ones.
    */
   async answer(probeId: string, minerId: string, bytes: Uint8Array): Promise<void> {
+    // Scale-out: the probes are the lease holder's; an upload that reached another process is passed on.
+    const shared = this.c.scaleOut;
+    if (shared && !shared.lease.held) return shared.passProbe(probeId, minerId, bytes);
     const probe = this.probes.get(probeId);
     if (!probe) throw new ProbeError('NO_SUCH_PROBE', 'no probe with that id is open (never sent, answered already, or expired)');
     if (probe.minerId !== minerId) throw new ProbeError('NOT_YOUR_PROBE', 'this probe was sent to another miner');
