@@ -16,6 +16,10 @@ if [ "$(id -u)" != 0 ]; then echo "nat-lab: network namespaces need root" >&2; e
 here=$(dirname "$0")
 command -v ip >/dev/null || bash "$here/apt-install.sh" nat-lab iproute2
 command -v nft >/dev/null || bash "$here/apt-install.sh" nat-lab nftables
+# coturn runs inside the lab's public namespace (scripts/coturn.sh), which reaches no package mirror: installed
+# here, from the host's network, or its install there waits out every mirror timeout (a fresh machine's NAT test
+# timed out in its 180 s set-up so).
+command -v turnserver >/dev/null || bash "$here/apt-install.sh" nat-lab coturn
 cmd=${1:?up, nat or down}
 P=${2:?a prefix for the namespaces}
 
