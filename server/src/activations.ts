@@ -9,6 +9,8 @@ export const ANNOUNCE_WAIT_MS = 10_000;
  * naming invented microbatches cannot hold memory or write refusals without bound.
  */
 export const MAX_WAITING_REPORTS = 32;
+/** With several coordinator processes, how often a report waiting for its microbatch looks for it in the database. */
+export const SHARED_LOOKUP_MS = 250;
 /** Microbatch ids remembered in memory (older ones are looked up in the database). */
 const MAX_REMEMBERED = 200_000;
 
@@ -19,9 +21,6 @@ const MAX_REMEMBERED = 200_000;
  * that never happened and is refused by name (UNKNOWN_ACTIVATION). Reports
  * that overtake the announcement on another connection wait for it a little.
  */
-/** With several coordinator processes, how often a report waiting for its microbatch looks for it in the database. */
-export const SHARED_LOOKUP_MS = 250;
-
 export class ActivationRegistry {
   /**
    * One of several coordinator processes (scale-out.ts): a microbatch may be announced on another, so a
@@ -74,11 +73,7 @@ export class ActivationRegistry {
 
   private async lookup(activationId: string, waitMs: number): Promise<boolean> {
     // Announced before a restart of the coordinator: its receipts are stored.
-    const [row] = await this.db.query('SELECT 1 FROM receipts WHERE run_id = $1 AND activation_id = $2 LIMIT 1', [this.runId, activationId]);
-    if (row) {
-      this.known.set(activationId, '');
-      return true;
-    }
+    if (await this.stored(activationId)) return true;
     if (this.known.has(activationId)) return true;
     return new Promise<boolean>((resolve) => {
       const list = this.waiters.get(activationId) ?? [];
@@ -97,17 +92,20 @@ export class ActivationRegistry {
       const timer = setTimeout(() => give(false), waitMs);
       const look = this.shared
         ? setInterval(() => {
-            this.db.query('SELECT 1 FROM receipts WHERE run_id = $1 AND activation_id = $2 LIMIT 1', [this.runId, activationId]).then(
-              (rows) => {
-                if (rows.length === 0 || !this.waiters.has(activationId)) return;
-                this.known.set(activationId, '');
-                give(true);
-              },
+            this.stored(activationId).then(
+              (found) => found && this.waiters.has(activationId) && give(true),
               () => {},
             );
           }, SHARED_LOOKUP_MS)
         : undefined;
       list.push(done);
     });
+  }
+
+  /** Whether the microbatch's announcing receipt is stored (by a coordinator before a restart, or another process); remembered if so. */
+  private async stored(activationId: string): Promise<boolean> {
+    const [row] = await this.db.query('SELECT 1 FROM receipts WHERE run_id = $1 AND activation_id = $2 LIMIT 1', [this.runId, activationId]);
+    if (row) this.known.set(activationId, '');
+    return Boolean(row);
   }
 }

@@ -213,7 +213,6 @@ export class ScaleOut {
         (e: unknown) => ack(e instanceof ProbeError ? { ok: false, code: e.code, message: e.message.replace(`${e.code}: `, '') } : { ok: false, code: 'NO_SUCH_PROBE', message: 'the validator could not take this answer' }),
       );
     });
-    c.phases.leading = lease.held;
     c.phases.remote = {
       call: (kind, minerId, msg, arrived) => this.callHolder({ kind, minerId, msg, arrived } as PhaseCall),
       verified: (activationId, from, to, a, b) => this.emit(VERIFIED, { activationId, from, to, a, b }),
@@ -246,28 +245,30 @@ export class ScaleOut {
 
   /** A probe's payload uploaded here, for the lease holder's spot checks; its answer (or named refusal) is theirs. */
   async passProbe(probeId: string, minerId: string, bytes: Uint8Array): Promise<void> {
-    let answers: unknown[];
-    try {
-      answers = await this.io.serverSideEmitWithAck(PROBE, { probeId, minerId, bytes });
-    } catch {
-      throw new ProbeError('NO_SUCH_PROBE', 'the coordinator process that runs the validator did not answer in time');
-    }
-    const answer = answers.find((a): a is { ok: boolean; code?: ProbeError['code']; message?: string } => typeof a === 'object' && a !== null && 'ok' in a);
-    if (!answer) throw new ProbeError('NO_SUCH_PROBE', 'no coordinator process runs the validator right now');
+    const answer = await this.askHolder<{ ok: boolean; code?: ProbeError['code']; message?: string }>(PROBE, { probeId, minerId, bytes }, 'the validator');
+    if (typeof answer === 'string') throw new ProbeError('NO_SUCH_PROBE', answer);
     if (!answer.ok) throw new ProbeError(answer.code ?? 'NO_SUCH_PROBE', answer.message ?? 'refused');
   }
 
   /** A merge answer of a miner connected here, for the phases the lease holder runs. */
   private async callHolder(call: PhaseCall): Promise<void> {
+    const answer = await this.askHolder<PhaseAnswer>(PHASE_CALL, call, 'the merge phases');
+    if (typeof answer === 'string') throw new ProtocolError('OUT_OF_PHASE', answer);
+    if (!answer.ok) throw new ProtocolError(answer.code, answer.message);
+  }
+
+  /**
+   * Sends every other process a request that only the lease holder answers (the others answer null): its
+   * answer, or why there is none (a sentence naming `what` the holder runs).
+   */
+  private async askHolder<T extends { ok: boolean }>(event: string, payload: unknown, what: string): Promise<T | string> {
     let answers: unknown[];
     try {
-      answers = await this.io.serverSideEmitWithAck(PHASE_CALL, call);
+      answers = await this.io.serverSideEmitWithAck(event, payload);
     } catch {
-      throw new ProtocolError('OUT_OF_PHASE', 'the coordinator process that runs the merge phases did not answer in time');
+      return `the coordinator process that runs ${what} did not answer in time`;
     }
-    const answer = answers.find((a): a is PhaseAnswer => typeof a === 'object' && a !== null && 'ok' in a);
-    if (!answer) throw new ProtocolError('OUT_OF_PHASE', 'no coordinator process runs the merge phases right now');
-    if (!answer.ok) throw new ProtocolError(answer.code, answer.message);
+    return answers.find((a): a is T => typeof a === 'object' && a !== null && 'ok' in a) ?? `no coordinator process runs ${what} right now`;
   }
 
   private follow(): void {
