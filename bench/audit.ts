@@ -110,14 +110,18 @@ async function run(seed: number): Promise<RunResult> {
   const trails = new Map<string, Array<[number, number, number | null, string | null, number | null]>>();
   for (const [id, cheat] of roles) {
     if (!cheat) continue;
-    const rows = await app.db.query<{ round: number; ready_s: number; rate: number | null; status: string | null; reason: string | null; done_s: number | null }>(
-      `SELECT c.round, extract(epoch FROM c.ready_at)::float8 * 1000 - $3 AS ready_s, r.rate, a.status, a.reason, extract(epoch FROM a.finished_at)::float8 * 1000 - $3 AS done_s
+    const rows = await app.db.query<{ round: number; ready_s: number; rate: number | null; status: string | null; reason: string | null; done_s: number | null; taken: boolean | null; merged: boolean | null }>(
+      `SELECT c.round, extract(epoch FROM c.ready_at)::float8 * 1000 - $3 AS ready_s, r.rate, a.status, a.reason, extract(epoch FROM a.finished_at)::float8 * 1000 - $3 AS done_s,
+              e.participants @> jsonb_build_array(c.miner_id) AS taken, (e.merged_hashes ->> c.miner_id) = e.merged_hash AS merged
        FROM round_commitments c LEFT JOIN audit_rounds r ON r.run_id = c.run_id AND r.stage = c.stage AND r.round = c.round
        LEFT JOIN audits a ON a.run_id = c.run_id AND a.stage = c.stage AND a.round = c.round AND a.miner_id = c.miner_id
+       LEFT JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.round
        WHERE c.run_id = $1 AND c.miner_id = $2 ORDER BY c.round`,
       [app.coordinator.runId, id, runStart],
     );
-    trails.set(id, rows.map((r) => [r.round, Math.round(Number(r.ready_s) / 1000), r.rate, r.status ? (r.reason ?? r.status) : null, r.done_s === null ? null : Math.round(Number(r.done_s) / 1000)]));
+    // Only a replica the round's merge took and that merged to its agreed weights can be drawn (Auditor.roundClosed).
+    const eligibility = (r: { taken: boolean | null; merged: boolean | null }): string | null => (r.taken ? (r.merged ? null : 'not merged to the agreed weights') : 'not taken into the merge');
+    trails.set(id, rows.map((r) => [r.round, Math.round(Number(r.ready_s) / 1000), r.rate, r.status ? (r.reason ?? r.status) : eligibility(r), r.done_s === null ? null : Math.round(Number(r.done_s) / 1000)]));
   }
   const detection = cheats.map((attack) => {
     const id = [...roles].find(([, c]) => c === attack)![0];
@@ -135,7 +139,7 @@ async function run(seed: number): Promise<RunResult> {
       earningsRatio: honestMean > 0 ? Number(earned.get(id) ?? 0n) / honestMean : 0,
       paidInEpochs: paidIn.get(id) ?? [],
       flaggedAtS: right ? Math.round((new Date(right.created_at).getTime() - runStart) / 1000) : null,
-      /** [round, committed at s, draw's rate, audit outcome (null: not drawn), finished at s] */
+      /** [round, committed at s, draw's rate, audit outcome, or why it could not be drawn (null: not drawn), finished at s] */
       rounds: trails.get(id) ?? [],
     };
   });

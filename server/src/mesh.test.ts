@@ -109,6 +109,25 @@ describe('peer mesh over WebRTC, signaled through the coordinator', () => {
     expect(summarizePaths(answering.paths())).toEqual({});
   });
 
+  it('opens a connection ahead of need (warm: replicas before their all-reduce), so the first message finds it open; a relay-only mesh opens none', async () => {
+    const a = await miner();
+    const b = await miner();
+    a.mesh.warm(b.id);
+    a.mesh.warm(b.id); // once is enough: a second call while connecting opens nothing more
+    await expect.poll(() => a.mesh.isConnected(b.id) && b.mesh.isConnected(a.id), { timeout: 20_000 }).toBe(true);
+    expect(a.mesh.stats.messagesSent).toBe(0);
+    const received = new Promise<Uint8Array>((resolve) => b.mesh.onMessage((_from, m) => resolve(m.payload)));
+    await a.mesh.send(b.id, { kind: 'partition', runId: 1, epoch: 0, activationId: bytes(16, 4), pathway: [] }, bytes(5000, 3));
+    expect(await received).toEqual(bytes(5000, 3));
+    expect(a.mesh.paths().get(b.id)?.path).toBe('direct');
+    // A mesh that reaches peers only through the coordinator's relay makes no WebRTC attempt.
+    const c = await miner(true);
+    c.mesh.warm(b.id);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(c.mesh.paths().get(b.id)).toBeUndefined();
+    expect(b.mesh.isConnected(c.id)).toBe(false);
+  });
+
   it('makes one working connection when both miners send to each other at once (glare)', async () => {
     const a = await miner();
     const b = await miner();
@@ -172,6 +191,21 @@ describe('the mesh across a thread boundary (a browser worker\'s miner, the page
     expect(summarizePaths(port.paths())).toEqual({ direct: { peers: 1, bytes: seen.bytesSent + seen.bytesReceived } });
     // A send to a peer that is not there fails in the worker with the page's reason, and nothing hangs.
     await expect(port.send('e'.repeat(64), { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 3), pathway: [] }, bytes(10, 1))).rejects.toThrow(/no connection|closed|failed/);
+  }, 60_000);
+
+  it('a MeshPort warms a connection in the page\'s PeerMesh ahead of need', async () => {
+    const a = await miner();
+    const b = await miner();
+    a.mesh.close();
+    const channel = new MessageChannel();
+    const host = hostMesh(channel.port1 as unknown as import('@train-at-home/swarm').PortLike, { wrtc });
+    hosts.push(host);
+    const signals = coordinatorSignals(a.socket, a.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`));
+    const port = new MeshPort(channel.port2 as unknown as import('@train-at-home/swarm').PortLike, { selfId: a.id, signals, connectTimeoutMs: 3000 });
+    port.warm(b.id);
+    await expect.poll(() => host.mesh?.isConnected(b.id) === true && b.mesh.isConnected(a.id), { timeout: 20_000 }).toBe(true);
+    expect(host.mesh!.stats.messagesSent).toBe(0);
+    port.close();
   }, 60_000);
 
   it('honours an upload cap: a 1.5 MB message at 1 MB/s takes at least half a second beyond its first second of budget', async () => {

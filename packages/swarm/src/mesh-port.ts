@@ -27,6 +27,8 @@ export type ToHost =
   | { mesh: 'ice'; iceServers: IceServer[] }
   | { mesh: 'send'; id: number; peerId: string; header: FrameHeader; payload: Uint8Array }
   | { mesh: 'close'; peerId?: string }
+  /** Open a connection ahead of need (PeerMesh.warm). */
+  | { mesh: 'warm'; peerId: string }
   | { mesh: 'signal-in'; from: string; kind: SignalKind; payload: string };
 
 /** Page → worker. */
@@ -126,6 +128,10 @@ export class MeshPort implements Mesh {
     });
   }
 
+  warm(peerId: string): void {
+    if (!this.closed) this.post({ mesh: 'warm', peerId });
+  }
+
   close(peerId?: string): void {
     this.post({ mesh: 'close', peerId });
     if (peerId) return;
@@ -188,6 +194,9 @@ export function hostMesh(port: PortLike, options: { wrtc?: object; uploadBytesPe
         mesh = created;
         break;
       }
+      case 'warm':
+        mesh?.warm(m.peerId);
+        break;
       case 'send': {
         const target = mesh;
         if (!target) {

@@ -64,7 +64,7 @@ export function summarizePaths(paths: ReadonlyMap<string, PeerPathStats>): PathS
 }
 
 /** What a miner needs of its mesh: the PeerMesh itself, or a MeshPort to one on another thread. */
-export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close' | 'setIceServers' | 'paths'>;
+export type Mesh = Pick<PeerMesh, 'onMessage' | 'onReject' | 'send' | 'close' | 'setIceServers' | 'paths' | 'warm'>;
 
 export class MeshError extends Error {
   override name = 'MeshError';
@@ -157,6 +157,15 @@ export class PeerMesh {
     const existing = this.links.get(peerId);
     if (existing) return existing.ready;
     return this.createLink(peerId, true, newSession()).ready;
+  }
+
+  /**
+   * Opens the connection to a peer ahead of need, in the background (errors dropped: a send tries again, and falls
+   * back to the relay as ever). Nothing for a peer reached only through the coordinator's relay.
+   */
+  warm(peerId: string): void {
+    if (this.options.relayOnly || this.relayed.has(peerId) || this.links.has(peerId)) return;
+    this.connect(peerId).catch(() => {});
   }
 
   isConnected(peerId: string): boolean {

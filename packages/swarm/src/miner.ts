@@ -543,6 +543,7 @@ export class Miner {
       misbehave: this.o.misbehave,
     });
     this.worker = worker;
+    this.warmReplicas(stage);
     // tokens/s counts from here: with one sample only, a miner training its first microbatches showed 0.
     this.rate.push([performance.now(), 0, 0]);
     // The first round starts from the weights just loaded and a fresh optimizer. A stage whose record could not be
@@ -617,6 +618,17 @@ export class Miner {
     }
   }
 
+  /**
+   * Connects to the stage's other replicas ahead of the all-reduce, which sends to each of them: opened only once
+   * the round began, the connections of a swarm's first merge took longer than its senders' window on a busy
+   * machine, and most replicas failed that round (TOO_FEW_PEERS), so their first round's work could be neither
+   * audited nor paid. Done when the stage is taken and again when a merge is called (replicas that came since).
+   */
+  private warmReplicas(stage: number): void {
+    const self = this.registration?.minerId;
+    for (const peer of this.stageMap.peers(stage)) if (peer !== self) this.mesh?.warm(peer);
+  }
+
   /** The coordinator calls a merge of this miner's stage: pause between two messages, then say what we hold. */
   private async onMergeStart(m: MergeStart): Promise<void> {
     const registration = this.registration;
@@ -626,6 +638,7 @@ export class Miner {
     // If the round never comes (the coordinator went away), training resumes on its own.
     const timer = setTimeout(() => this.endMerge(), layout.merge.readyMs + layout.merge.roundMs + 5_000);
     this.merging = { stage: m.stage, round: m.round, timer };
+    this.warmReplicas(m.stage);
     await worker.pause();
     if (this.merging?.round !== m.round || this.worker !== worker) return;
     try {
