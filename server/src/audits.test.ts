@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
+import { PROVEN_STEPS } from './validator/audits';
 
 /**
  * The audit route against bad answers: late, truncated, unsigned or signed
@@ -112,7 +113,7 @@ describe('audit answers', () => {
     expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=x&round=1' })).statusCode).toBe(400);
   });
 
-  it('draws a replica with fewer than PROVEN_AUDITS audits passed at the run\'s full rate when a backlog lowered the round\'s, and says so', async () => {
+  it('draws a replica with fewer than PROVEN_AUDITS audits passed (of rounds with PROVEN_STEPS microbatches) at the full rate when a backlog lowered the round\'s, and says so', async () => {
     const commitRound = async (round: number): Promise<void> => {
       // A round whose rate the validator's backlog lowered to nothing (the run's rate is 0.2).
       await app.db.query(`INSERT INTO audit_rounds (run_id, stage, round, commitment, secret, rate, full_rate) VALUES ($1, 1, $2, $3, $4, 0, 1)`, [app.coordinator.runId, round, auditCommitment('11'.repeat(32)), '11'.repeat(32)]);
@@ -133,9 +134,14 @@ describe('audit answers', () => {
     expect(first).toMatchObject({ rate: 0, fullRate: 1 });
     expect(first.unproven.sort()).toEqual([id(miner), id(other)].sort());
     expect(verifyAuditChoice({ ...first, stage: 1, round: 20, miners: first.committed }).sort()).toEqual(await drawnIn(20));
-    // `miner` passes PROVEN_AUDITS audits: from then on it is drawn at the round's lowered rate (none here); `other` still at the full rate.
-    await app.db.query(`UPDATE audits SET status = 'passed' WHERE run_id = $1 AND stage = 1 AND round = 20 AND miner_id = $2`, [app.coordinator.runId, id(miner)]);
-    await app.db.query(`INSERT INTO audits (id, run_id, stage, round, miner_id, status, deadline) VALUES ($1, $2, 1, 19, $3, 'passed', now())`, [randomBytes(16).toString('hex'), app.coordinator.runId, id(miner)]);
+    // Passed audits of rounds with too little work in them (fewer than PROVEN_STEPS microbatches trained) prove nothing: both are still drawn at the full rate.
+    await app.db.query(`UPDATE audits SET status = 'passed', detail = $3 WHERE run_id = $1 AND stage = 1 AND round = 20 AND miner_id = $2`, [app.coordinator.runId, id(miner), JSON.stringify({ ops: 3, steps: PROVEN_STEPS - 1 })]);
+    await app.db.query(`INSERT INTO audits (id, run_id, stage, round, miner_id, status, detail, deadline) VALUES ($1, $2, 1, 19, $3, 'passed', $4, now())`, [randomBytes(16).toString('hex'), app.coordinator.runId, id(miner), JSON.stringify({ ops: 1, steps: 0 })]);
+    await commitRound(26);
+    await app.validator.audits.roundClosed(1, 26, [id(miner), id(other)]);
+    expect(await drawnIn(26)).toEqual([id(miner), id(other)].sort());
+    // `miner` passes PROVEN_AUDITS audits of rounds with work: from then on it is drawn at the round's lowered rate (none here); `other` still at the full rate.
+    await app.db.query(`UPDATE audits SET detail = $3 WHERE run_id = $1 AND stage = 1 AND round IN (19, 20) AND miner_id = $2`, [app.coordinator.runId, id(miner), JSON.stringify({ ops: 2 * PROVEN_STEPS, steps: PROVEN_STEPS })]);
     await commitRound(22);
     await app.validator.audits.roundClosed(1, 22, [id(miner), id(other)]);
     expect(await drawnIn(22)).toEqual([id(other)]);

@@ -44,6 +44,12 @@ export interface IncentiveSettings {
    * audit flags the miner: it forfeits its whole window.
    */
   auditRate: number;
+  /**
+   * The draw rate of a replica not yet proven (fewer than PROVEN_AUDITS audits passed of rounds with work in
+   * them): new identities are the cheap ones (a flagged cheat comes back as one), so each is audited round after
+   * round until it has shown honest work, whatever the validator's backlog. Never below auditRate; 0 audits off.
+   */
+  unprovenAuditRate?: number;
   /** A miner has this long to upload an audited round's record. */
   auditTimeoutMs: number;
   /** Pathway diversity for CLASP: each replica's downstream partner rotates at every merge of its stage. */
@@ -97,6 +103,7 @@ export const DEFAULT_INCENTIVES: IncentiveSettings = {
   spotCheckRate: 0.25,
   probeTimeoutMs: 10_000,
   auditRate: 0.2,
+  unprovenAuditRate: 1,
   auditTimeoutMs: 60_000,
   rotatePathways: true,
   forgeryRecheckMs: 30_000,

@@ -19,12 +19,16 @@ export const STAGE_TAKEN_GRACE_MS = 5_000;
  */
 export const FIRST_REPLAY_MS_GUESS = 1_000;
 /**
- * A replica with fewer audits passed than this in the run is drawn at the run's full audit rate whatever the
- * backlog (the rate a backlog lowers is that of replicas with a record), and its replays go first in the validator's
- * queue: the validator's time goes where there is least evidence, so a cheat from a miner's first rounds is caught
- * however far behind the validator is.
+ * A replica with fewer audits passed than this in the run is drawn at the full rate (incentives.unprovenAuditRate,
+ * 1 by default) whatever the backlog (the rate a backlog lowers is that of replicas with a record), and its replays
+ * go first in the validator's queue: the validator's time goes where there is least evidence, so a cheat from a
+ * miner's first rounds is caught in its first rounds, however far behind the validator is. Only an audit of a round
+ * with at least PROVEN_STEPS microbatches trained counts: a round of one proves little of the next (bench:audit's
+ * cheaters passed such rounds, then went undrawn at the run's rate for two epochs).
  */
 export const PROVEN_AUDITS = 2;
+/** Microbatches trained (optimizer steps replayed) an audited round must hold for its pass to count toward PROVEN_AUDITS. */
+export const PROVEN_STEPS = 2;
 /** A replay not finished this long after its audit's deadline is taken as lost (skipped: the validator's fault, not the miner's). */
 export const AUDIT_REPLAY_LIMIT_MS = 300_000;
 
@@ -116,9 +120,11 @@ export class Auditor {
     const perReplayMs = replays > 0 ? this.stats.validatorMs / replays : FIRST_REPLAY_MS_GUESS;
     const roundMs = this.c.run.merge.maxTrainingMs + this.c.run.merge.roundMs;
     const halvings = Math.min(10, Math.floor(((behind?.n ?? 0) * perReplayMs) / roundMs));
+    // Unproven replicas are drawn at the full rate, committed beside the round's (a run from before it had none: its own rate).
+    const full = this.rate > 0 ? Math.max(this.rate, this.c.run.incentives.unprovenAuditRate ?? this.rate) : 0;
     const [row] = await this.c.db.query(
       `INSERT INTO audit_rounds (run_id, stage, round, commitment, secret, rate, full_rate) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_id, stage, round) DO NOTHING RETURNING round`,
-      [this.c.runId, stage, round, auditCommitment(secret), secret, this.rate / 2 ** halvings, this.rate],
+      [this.c.runId, stage, round, auditCommitment(secret), secret, this.rate / 2 ** halvings, full],
     );
     if (row && halvings > 0) this.stats.rateLowered++;
   }
@@ -129,7 +135,7 @@ export class Auditor {
     if (this.rate <= 0) return;
     const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
     const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
-    // Replicas with too few audits passed yet are drawn at the run's full rate (PROVEN_AUDITS): named with the reveal, so anyone can check the draw.
+    // Replicas with too few audits passed yet are drawn at the full rate (PROVEN_AUDITS, unprovenAuditRate): named with the reveal, so anyone can check the draw.
     const passed = await passedAudits(this.c, eligible);
     const unproven = eligible.filter((id) => (passed.get(id) ?? 0) < PROVEN_AUDITS);
     const [draw] = await this.c.db.query<{ secret: string; rate: number; full_rate: number | null }>(
@@ -402,12 +408,12 @@ export class Auditor {
   }
 }
 
-/** How many audits each of these miners has passed in the run (PROVEN_AUDITS); a miner with none is absent. */
+/** How many audits of rounds with work (PROVEN_STEPS) each of these miners has passed in the run (PROVEN_AUDITS); a miner with none is absent. */
 async function passedAudits(c: Coordinator, minerIds: string[]): Promise<Map<string, number>> {
   if (minerIds.length === 0) return new Map();
   const rows = await c.db.query<{ miner_id: string; n: number }>(
-    `SELECT miner_id, count(*)::int AS n FROM audits WHERE run_id = $1 AND status = 'passed' AND miner_id = ANY($2::text[]) GROUP BY miner_id`,
-    [c.runId, minerIds],
+    `SELECT miner_id, count(*)::int AS n FROM audits WHERE run_id = $1 AND status = 'passed' AND miner_id = ANY($2::text[]) AND coalesce((detail ->> 'steps')::int, 0) >= $3 GROUP BY miner_id`,
+    [c.runId, minerIds, PROVEN_STEPS],
   );
   return new Map(rows.map((r) => [r.miner_id, r.n]));
 }
