@@ -59,6 +59,7 @@ interface BackendResult {
   optimizerCheck?: unknown;
   layerNormCheck?: unknown;
   geluCheck?: unknown;
+  matMulCheck?: unknown;
   /** One gpu stage with the composite optimizer (before the fused kernels are installed). */
   gpuStageComposite?: StageTiming;
   /** One gpu stage with command buffers submitted every 15 dispatches (tfjs's default) instead of 128. */
@@ -247,6 +248,7 @@ if (values.backend) {
       await gpu.useFusedOptimizer();
       await gpu.useFusedLayerNorm();
       await gpu.useFusedGelu();
+      await gpu.useTransposedMatMul();
       gpu.useSteadyStateWebGPU();
     }
     await attempt('gpu stage', async () => void (result.gpuStage = await gpuStage(STEPS)));
@@ -264,6 +266,7 @@ if (values.backend) {
       await attempt('fused optimizer check', async () => void (result.optimizerCheck = await gpu.useFusedOptimizer()));
       await attempt('fused layer norm check', async () => void (result.layerNormCheck = await gpu.useFusedLayerNorm()));
       await attempt('fused GELU check', async () => void (result.geluCheck = await gpu.useFusedGelu()));
+      await attempt('transposed matmul check', async () => void (result.matMulCheck = await gpu.useTransposedMatMul()));
       gpu.useSteadyStateWebGPU();
     }
     await attempt('small', async () => void (result.tokensPerSec!.small = await wholeModel('small', STEPS)));
@@ -334,6 +337,7 @@ finish('gpu', {
   optimizerCheck: webgpu?.optimizerCheck ?? null,
   layerNormCheck: webgpu?.layerNormCheck ?? null,
   geluCheck: webgpu?.geluCheck ?? null,
+  matMulCheck: webgpu?.matMulCheck ?? null,
   codecCheckOk: webgpu?.codecCheckOk ?? null,
   failures: Object.fromEntries(results.filter((r) => r.failures).map((r) => [r.backend, r.failures])),
   webgpuOverWasm: webgpu?.tokensPerSec?.small && wasm?.tokensPerSec?.small ? { small: +(webgpu.tokensPerSec.small / wasm.tokensPerSec.small).toFixed(2) } : null,

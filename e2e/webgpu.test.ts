@@ -31,8 +31,9 @@ describe('a tab on WebGPU', () => {
     // The fused optimizer kernels (SumSquares, AdamW moment, variance, weight) agree with the WASM arithmetic and are in use.
     expect(await gpuTab.getByTestId('optimizer-check').getAttribute('data-ok')).toBe('true');
     console.log(`e2e: ${await gpuTab.getByTestId('optimizer-check').textContent()}`);
-    // The fused layer norm and GELU agree with tfjs's composites, forward and backward, on odd shapes, and are in use.
-    for (const id of ['layer-norm-check', 'gelu-check']) {
+    // The fused layer norm and GELU, and the matmuls that read transposed operands in place, agree with tfjs's
+    // composites, forward and backward, on odd shapes, and are in use.
+    for (const id of ['layer-norm-check', 'gelu-check', 'matmul-check']) {
       expect(await gpuTab.getByTestId(id).getAttribute('data-ok')).toBe('true');
       console.log(`e2e: ${await gpuTab.getByTestId(id).textContent()}`);
     }
@@ -103,7 +104,7 @@ describe('counting a WebGPU step', () => {
       warmupCounts: Counts[];
       stepCounts: Counts[];
       kernels: Record<string, number>;
-      kernelCheck: Record<'layerNorm' | 'gelu', { ok: boolean; maxRelativeDiff: number; tolerance: number; worst: string }>;
+      kernelCheck: Record<'layerNorm' | 'gelu' | 'matMul', { ok: boolean; maxRelativeDiff: number; tolerance: number; worst: string }>;
     };
     console.log(`e2e: tiny middle stage, per step ${JSON.stringify(r.stepCounts)}, warm-up ${JSON.stringify(r.warmupCounts)}`);
     expect(r.backend).toBe('webgpu');
@@ -132,7 +133,7 @@ describe('counting a WebGPU step', () => {
     // and 1 GELU, each run in the forward, again in the backward's recomputation, and differentiated once; no
     // rsqrt or erf of the composites is left.
     console.log(`e2e: fused checks ${JSON.stringify(r.kernelCheck)}`);
-    for (const op of ['layerNorm', 'gelu'] as const) {
+    for (const op of ['layerNorm', 'gelu', 'matMul'] as const) {
       expect(r.kernelCheck[op].ok).toBe(true);
       expect(r.kernelCheck[op].maxRelativeDiff).toBeLessThanOrEqual(r.kernelCheck[op].tolerance);
     }
@@ -142,6 +143,14 @@ describe('counting a WebGPU step', () => {
     expect(r.kernels['tah_gelu_grad']).toBe(1);
     expect(r.kernels['unary_RSQRT']).toBeUndefined();
     expect(r.kernels['unary_ERF']).toBeUndefined();
+    // The matmuls read transposed operands in place (webgpu/matmul.ts): the transposes left are attention's head
+    // layout (4-D), 4 in the forward (q, k and v into heads, the heads back), 4 in the backward's recomputation and
+    // 4 differentiated; and 3 of 2-D, in the column sums of the 3 layer norms' bias gradients (tfjs's Sum moves the
+    // summed axis last).
+    expect(r.kernels['transpose']).toBe(12);
+    expect(r.kernels['transposeShared']).toBe(3);
+    // The gradients' Σg² for the norm: one launch per 7 gradients (a 1-layer middle stage has 12 parameter tensors: 2 launches).
+    expect(Object.entries(r.kernels).filter(([k]) => k.startsWith('tah_sum_squares')).reduce((a, [, n]) => a + n, 0)).toBe(Math.ceil(r.kernels['tah_adamw_weight']! / 7));
     await page.close();
   });
 });

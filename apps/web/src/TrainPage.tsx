@@ -255,12 +255,18 @@ function Backend({ tab }: { tab: TabState }) {
           {`${tab.kernelCheck.result.optimizer.ok ? 'in use, agrees with' : 'not used, differs from'} the WASM arithmetic (largest relative difference ${tab.kernelCheck.result.optimizer.maxRelativeDiff.toExponential(1)}, tolerance ${tab.kernelCheck.result.optimizer.tolerance.toExponential(0)}), ${tab.kernelCheck.result.optimizer.ms.toFixed(0)} ms`}
         </p>
       )}
-      {(['layerNorm', 'gelu'] as const).map((op) => {
+      {(
+        [
+          ['layerNorm', 'layer-norm', 'WGSL fused layer norm'],
+          ['gelu', 'gelu', 'WGSL fused GELU'],
+          ['matMul', 'matmul', 'Matmuls without transposes'],
+        ] as const
+      ).map(([op, id, label]) => {
         const check = tab.kernelCheck?.result?.[op];
         return (
           check && (
-            <p key={op} data-testid={`${op === 'layerNorm' ? 'layer-norm' : 'gelu'}-check`} data-ok={String(check.ok)}>
-              {`WGSL fused ${op === 'layerNorm' ? 'layer norm' : 'GELU'}: ${check.ok ? 'in use, agrees with' : 'not used, differs from'} tfjs's own ops, forward and backward (largest relative difference ${check.maxRelativeDiff.toExponential(1)}, tolerance ${check.tolerance.toExponential(0)}), ${check.ms.toFixed(0)} ms`}
+            <p key={op} data-testid={`${id}-check`} data-ok={String(check.ok)}>
+              {`${label}: ${check.ok ? 'in use, agrees with' : 'not used, differs from'} tfjs's own ops, forward and backward (largest relative difference ${check.maxRelativeDiff.toExponential(1)}, tolerance ${check.tolerance.toExponential(0)}), ${check.ms.toFixed(0)} ms`}
             </p>
           )
         );

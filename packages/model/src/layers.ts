@@ -27,7 +27,7 @@ function swapLast(t: tf.Tensor): tf.Tensor {
  * transpose followed by a plain matmul (measured: 30 ms against 3 ms for a
  * [2048, 64] × [64, 256] product). The result is the same on every backend.
  */
-export const mm = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveFunc) => {
+export const mmComposite = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveFunc) => {
   save([a, b]);
   return {
     value: tf.matMul(a, b),
@@ -38,9 +38,26 @@ export const mm = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveF
   };
 }) as unknown as Parameters<typeof tf.customGrad>[0]) as <R extends tf.Tensor>(a: R, b: tf.Tensor) => R;
 
+/** a · bᵀ over the last two axes, from mmComposite and an explicit transpose. */
+export function mmTransposedComposite<R extends tf.Tensor>(a: R, b: tf.Tensor): R {
+  return mmComposite(a, swapLast(b));
+}
+
+/** a · b, batched over leading axes: a backend's fused form where one is installed (WebGPU: transposed operands read in place), else mmComposite. */
+export function mm<R extends tf.Tensor>(a: R, b: tf.Tensor): R {
+  const fused = fusedOp('matMul');
+  return (fused ? fused(a, b) : mmComposite(a, b)) as R;
+}
+
+/** a · bᵀ over the last two axes (attention's scores q · kᵀ). */
+export function mmTransposed<R extends tf.Tensor>(a: R, b: tf.Tensor): R {
+  const fused = fusedOp('matMulTransposed');
+  return (fused ? fused(a, b) : mmTransposedComposite(a, b)) as R;
+}
+
 /**
  * Pieces of the model as fused kernels of one backend (WebGPU:
- * ../webgpu/layernorm.ts, ../webgpu/gelu.ts), each installed with
+ * ../webgpu/layernorm.ts, ../webgpu/gelu.ts, ../webgpu/matmul.ts), each installed with
  * setFusedLayerOp once a kernel check has measured it against the composite
  * below, forward and backward. Used only while that backend is active; every
  * other backend (the validator's WASM included) runs the composites.
@@ -48,6 +65,8 @@ export const mm = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveF
 export interface FusedLayerOps {
   layerNorm(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor2D;
   gelu(x: tf.Tensor): tf.Tensor;
+  matMul(a: tf.Tensor, b: tf.Tensor): tf.Tensor;
+  matMulTransposed(a: tf.Tensor, b: tf.Tensor): tf.Tensor;
 }
 
 const fusedOps: { [K in keyof FusedLayerOps]?: { backend: string; impl: FusedLayerOps[K] } } = {};
@@ -117,7 +136,7 @@ export function attention(x: tf.Tensor2D, p: Params, prefix: string, batch: numb
   const [q, k, v] = tf.split(qkv, 3, 1).map(
     (t) => tf.transpose(tf.reshape(t, [batch, time, heads, hd]), [0, 2, 1, 3]), // [B, H, T, hd]
   );
-  const scores = tf.mul(mm(q!, swapLast(k!)), 1 / Math.sqrt(hd)); // [B, H, T, T]
+  const scores = tf.mul(mmTransposed(q!, k!), 1 / Math.sqrt(hd)); // [B, H, T, T]
   const masked = tf.add(scores, causalMask(time)); // future positions get -1e9
   const weights = tf.softmax(masked); // [B, H, T, T]
   const y = mm(weights, v!); // [B, H, T, hd]

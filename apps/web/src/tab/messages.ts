@@ -33,6 +33,8 @@ export interface KernelCheck {
   /** The fused WGSL layer norm and GELU against tfjs's composites, forward and backward (each in use only when ok). */
   layerNorm?: FusedCheck;
   gelu?: FusedCheck;
+  /** Matmuls reading transposed operands in place against the composite's explicit transposes (in use only when ok). */
+  matMul?: FusedCheck;
 }
 
 export interface FusedCheck {

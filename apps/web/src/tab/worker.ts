@@ -81,9 +81,11 @@ async function installGpuKernels(): Promise<KernelCheck | undefined> {
     // Layer norm and GELU as fused WGSL kernels, each installed only when it agrees with tfjs's composite, forward and backward.
     const layerNorm = await gpu.useFusedLayerNorm();
     const gelu = await gpu.useFusedGelu();
+    // Matmuls that read transposed operands in place instead of launching transposes.
+    const matMul = await gpu.useTransposedMatMul();
     // No buffer created per step, fewer submits (model/webgpu/steady-state.ts).
     gpu.useSteadyStateWebGPU();
-    const result = { ...codec, optimizer, layerNorm, gelu };
+    const result = { ...codec, optimizer, layerNorm, gelu, matMul };
     post({ ev: 'kernel-check', result });
     if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
     return result;

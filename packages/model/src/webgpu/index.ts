@@ -20,7 +20,7 @@ export {
   requireWebGPUBackend,
 } from './codec-gpu';
 export { codecCheckData, codecKernelCheck, type CodecKernelCheck } from './check';
-export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
+export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
 export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
 export { countGpuWork, type GpuCounter, type GpuCounts } from './counters';
 export { SUBMIT_EVERY_DISPATCHES, useSteadyStateWebGPU, useWriteBufferUploads } from './steady-state';
@@ -28,3 +28,4 @@ export { LayerNormGradGProgram, LayerNormGradXProgram, LayerNormProgram, LayerNo
 export { fusedLayerNormGPU, layerNormKernelCheck, useFusedLayerNorm } from './layernorm';
 export { checkFusedOp, type FusedKernelCheck } from './fused-check';
 export { GeluGradProgram, GeluProgram, fusedGeluGPU, geluKernelCheck, useFusedGelu } from './gelu';
+export { matMulGPU, matMulKernelCheck, matMulTransposedGPU, useTransposedMatMul } from './matmul';

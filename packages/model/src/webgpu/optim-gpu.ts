@@ -3,7 +3,7 @@ import { setFusedAdamW, type AdamWConstants, type FusedAdamW } from '../optim';
 import { mulberry32 } from '../rng';
 import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
 import { requireWebGPUBackend } from './codec-gpu';
-import { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
+import { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
 
 function flat(t: tf.Tensor): tf.Tensor {
   return t.dtype === 'float32' ? tf.reshape(t, [t.size]) : tf.cast(tf.reshape(t, [t.size]), 'float32');
@@ -13,7 +13,7 @@ function uniformData(k: AdamWConstants): Array<{ type: string; data: number[] }>
   return [k.beta1, k.oneMinusBeta1, k.beta2, k.oneMinusBeta2, k.c1, k.c2, k.epsilon, k.lr, k.decayFactor].map((x) => ({ type: 'float32', data: [x] }));
 }
 
-/** The optimizer step in WGSL (./optim-programs.ts): 4 launches per parameter tensor instead of ~18. */
+/** The optimizer step in WGSL (./optim-programs.ts): 3 launches per parameter tensor and one per SUM_INPUTS gradients for the norm, instead of ~18 per tensor. */
 export const fusedAdamWGPU: FusedAdamW = {
   backend: 'webgpu',
   sumSquares(gs) {
@@ -21,11 +21,11 @@ export const fusedAdamWGPU: FusedAdamW = {
     const total = gs.length * SUM_PARTIALS;
     // One output; each gradient's program writes its own SUM_PARTIALS floats of it.
     const out = backend.makeTensorInfo([total], 'float32');
-    gs.forEach((g, i) => {
-      const f = flat(g);
-      backend.runWebGPUProgram(new SumSquaresProgram(total), [f], 'float32', [{ type: 'int32', data: [i * SUM_PARTIALS] }], out);
-      f.dispose();
-    });
+    for (let i = 0; i < gs.length; i += SUM_INPUTS) {
+      const fs = gs.slice(i, i + SUM_INPUTS).map(flat);
+      backend.runWebGPUProgram(new SumSquaresProgram(total, fs.length), fs, 'float32', [{ type: 'int32', data: [i * SUM_PARTIALS] }], out);
+      tf.dispose(fs);
+    }
     return tf.engine().makeTensorFromTensorInfo(out) as tf.Tensor1D;
   },
   step(p, m, v, g, scale, k) {
@@ -130,10 +130,12 @@ export async function optimizerKernelCheck(n = 4099): Promise<OptimizerKernelChe
         if (e > maxRelativeDiff) [maxRelativeDiff, worst] = [e, key];
       }
     }
-    // Σ g² of g and of g reversed, through one shared output: twice the float64 sum.
+    // Σ g² of g and of g reversed, alternately, SUM_INPUTS + 2 of them through one shared output (two launches, the
+    // second at an offset): that many times the float64 sum.
     const reversed = tf.reverse(tg!);
-    const partials = fusedAdamWGPU.sumSquares([tg!, reversed]);
-    const sum = ((await partials.data()) as Float32Array).reduce((a, b) => a + b, 0) / 2;
+    const copies = SUM_INPUTS + 2;
+    const partials = fusedAdamWGPU.sumSquares(Array.from({ length: copies }, (_, i) => (i % 2 === 0 ? tg! : reversed)));
+    const sum = ((await partials.data()) as Float32Array).reduce((a, b) => a + b, 0) / copies;
     tf.dispose([partials, reversed]);
     const sumSquaresRelativeDiff = Math.abs(sum - sum64) / sum64;
     const tolerance = 1e-6;

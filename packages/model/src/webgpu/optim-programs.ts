@@ -10,8 +10,9 @@
  * a scalar in one workgroup, so each `Sum` of the gradient norm ran ~1.4 ms.
  * These kernels do the same arithmetic in 4 launches per tensor:
  *
- * - SumSquaresProgram: Σ g² of one gradient into SUM_PARTIALS partial sums,
- *   every workgroup busy, all gradients into one output that one Sum adds.
+ * - SumSquaresProgram: Σ g² of up to SUM_INPUTS gradients, SUM_PARTIALS
+ *   partial sums each, every workgroup busy, all gradients into one output
+ *   that one Sum adds.
  * - AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram: the new
  *   first moment, second moment and weights, each from what it needs of
  *   (p, m, v, g, scale),
@@ -31,40 +32,60 @@ import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
 export const SUM_PARTIALS = 128;
 const SUM_WORKGROUP = 256;
 
+/** Gradients one SumSquaresProgram reads: WebGPU guarantees 8 storage buffers per shader stage, one is the output. */
+export const SUM_INPUTS = 7;
+
 /**
- * g (float32, flattened) → SUM_PARTIALS partial sums of g², written at
- * `offset` of a shared output of `total` floats: workgroup w sums g[i]² over
- * its threads' indices, grid-stride. The optimizer runs one per gradient
- * into one output, so a stage's norm is one Sum of that output (no AddN of
- * ~30 inputs, which exceeds WebGPU's 8 storage buffers per stage).
+ * Up to SUM_INPUTS gradients (float32, flattened) → SUM_PARTIALS partial
+ * sums of g² each, written in order at `offset` of a shared output of
+ * `total` floats: workgroup w of gradient j sums g_j[i]² over its threads'
+ * indices, grid-stride. The optimizer runs one launch per SUM_INPUTS
+ * gradients into one output, so a stage's norm is one Sum of that output (no
+ * AddN of ~30 inputs, which exceeds WebGPU's 8 storage buffers per stage).
+ * Each partial sums the same elements in the same order whatever else the
+ * launch reads.
  */
 export class SumSquaresProgram implements WebGPUProgram {
   outputShape: number[];
-  shaderKey = 'tah_sum_squares';
+  shaderKey: string;
   dispatchLayout: { x: number[] } = { x: [0] };
-  dispatch: [number, number, number] = [SUM_PARTIALS, 1, 1];
-  variableNames = ['g'];
+  dispatch: [number, number, number];
+  variableNames: string[];
   workgroupSize: [number, number, number] = [SUM_WORKGROUP, 1, 1];
   uniforms = 'offset : i32,';
 
-  constructor(total: number) {
+  constructor(
+    total: number,
+    private readonly inputs = 1,
+  ) {
+    if (!Number.isInteger(inputs) || inputs < 1 || inputs > SUM_INPUTS) throw new RangeError(`SumSquaresProgram reads 1 to ${SUM_INPUTS} gradients, not ${inputs}`);
     this.outputShape = [total];
+    this.variableNames = Array.from({ length: inputs }, (_, j) => `g${j}`);
+    this.dispatch = [SUM_PARTIALS * inputs, 1, 1];
+    this.shaderKey = `tah_sum_squares_${inputs}`;
   }
 
   getUserCode(): string {
     const wg = SUM_WORKGROUP;
+    const sums = this.variableNames
+      .map(
+        (g, j) => `
+    if (which == ${j}) {
+      for (var i = group * ${wg} + lid; i < uniforms.${g}Shape; i = i + ${SUM_PARTIALS * wg}) {
+        let x = ${g}[i];
+        s = s + x * x;
+      }
+    }`,
+      )
+      .join('');
     return `
   var<workgroup> tahPartial : array<f32, ${wg}>;
 
   fn main(index : i32) {
     let lid = index % ${wg};
-    let group = index / ${wg};
-    let n = uniforms.gShape;
-    var s = 0.0;
-    for (var i = group * ${wg} + lid; i < n; i = i + ${SUM_PARTIALS * wg}) {
-      let x = g[i];
-      s = s + x * x;
-    }
+    let which = index / ${wg * SUM_PARTIALS};
+    let group = (index / ${wg}) % ${SUM_PARTIALS};
+    var s = 0.0;${sums}
     tahPartial[lid] = s;
     workgroupBarrier();
     for (var k = ${wg / 2}u; k > 0u; k = k >> 1u) {
@@ -73,7 +94,7 @@ export class SumSquaresProgram implements WebGPUProgram {
       }
       workgroupBarrier();
     }
-    if (lid == 0) { result[uniforms.offset + group] = tahPartial[0]; }
+    if (lid == 0) { result[uniforms.offset + which * ${SUM_PARTIALS} + group] = tahPartial[0]; }
   }
 `;
   }
