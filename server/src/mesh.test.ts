@@ -162,16 +162,21 @@ describe('the mesh across a thread boundary (a browser worker\'s miner, the page
   const hosts: MeshHost[] = [];
   afterAll(() => hosts.forEach((h) => h.close()));
 
-  it('a MeshPort sends and receives through the page\'s PeerMesh: whole payloads, signals signed by the worker', async () => {
-    const a = await miner();
-    const b = await miner();
+  /** Miner `a`'s mesh moved behind a port, as in a browser worker: its own PeerMesh closed, the page's hosting the real one. */
+  function workerMesh(a: { id: string; socket: Socket; identity: Identity; mesh: PeerMesh }): { host: MeshHost; port: MeshPort } {
     a.mesh.close();
-    // a's miner "lives in a worker": its mesh is a port; the page side holds the real PeerMesh.
     const channel = new MessageChannel();
     const host = hostMesh(channel.port1 as unknown as import('@train-at-home/swarm').PortLike, { wrtc });
     hosts.push(host);
     const signals = coordinatorSignals(a.socket, a.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`));
-    const port = new MeshPort(channel.port2 as unknown as import('@train-at-home/swarm').PortLike, { selfId: a.id, signals, connectTimeoutMs: 3000 });
+    return { host, port: new MeshPort(channel.port2 as unknown as import('@train-at-home/swarm').PortLike, { selfId: a.id, signals, connectTimeoutMs: 3000 }) };
+  }
+
+  it('a MeshPort sends and receives through the page\'s PeerMesh: whole payloads, signals signed by the worker', async () => {
+    const a = await miner();
+    const b = await miner();
+    // a's miner "lives in a worker": its mesh is a port; the page side holds the real PeerMesh.
+    const { host, port } = workerMesh(a);
     const atB = new Promise<{ from: string; payload: Uint8Array; pathway: number[] }>((resolve) => b.mesh.onMessage((from, m) => resolve({ from, payload: m.payload, pathway: m.pathway })));
     const payload = bytes(700_000, 11);
     const sent = await port.send(b.id, { kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, 2), pathway: [1] }, payload.subarray(0));
@@ -196,12 +201,7 @@ describe('the mesh across a thread boundary (a browser worker\'s miner, the page
   it('a MeshPort warms a connection in the page\'s PeerMesh ahead of need', async () => {
     const a = await miner();
     const b = await miner();
-    a.mesh.close();
-    const channel = new MessageChannel();
-    const host = hostMesh(channel.port1 as unknown as import('@train-at-home/swarm').PortLike, { wrtc });
-    hosts.push(host);
-    const signals = coordinatorSignals(a.socket, a.identity, (from, signed, sig) => verifySignature('signal', signed, sig, `0x${from}`));
-    const port = new MeshPort(channel.port2 as unknown as import('@train-at-home/swarm').PortLike, { selfId: a.id, signals, connectTimeoutMs: 3000 });
+    const { host, port } = workerMesh(a);
     port.warm(b.id);
     await expect.poll(() => host.mesh?.isConnected(b.id) === true && b.mesh.isConnected(a.id), { timeout: 20_000 }).toBe(true);
     expect(host.mesh!.stats.messagesSent).toBe(0);
