@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
-import { PROVEN_STEPS } from './validator/audits';
+import { PROVEN_STEPS, REPLAY_LOST_MS } from './validator/audits';
 
 /**
  * The audit route against bad answers: late, truncated, unsigned or signed
@@ -126,6 +126,8 @@ describe('audit answers', () => {
       ]);
     };
     const drawnIn = async (round: number): Promise<string[]> => (await app.db.query<{ miner_id: string }>('SELECT miner_id FROM audits WHERE run_id = $1 AND stage = 1 AND round = $2 ORDER BY miner_id', [app.coordinator.runId, round])).map((r) => r.miner_id);
+    // The audits earlier tests left open are decided (their miners left): undecided ones count toward the draw's PROVEN_AUDITS.
+    await app.db.query(`UPDATE audits SET status = 'abandoned' WHERE run_id = $1 AND status IN ('open', 'replaying')`, [app.coordinator.runId]);
     // Neither has passed PROVEN_AUDITS audits: both are drawn at the full rate (1 here), as the published draw shows.
     await commitRound(20);
     await app.validator.audits.roundClosed(1, 20, [id(miner), id(other)]);
@@ -140,13 +142,45 @@ describe('audit answers', () => {
     await commitRound(26);
     await app.validator.audits.roundClosed(1, 26, [id(miner), id(other)]);
     expect(await drawnIn(26)).toEqual([id(miner), id(other)].sort());
-    // `miner` passes PROVEN_AUDITS audits of rounds with work: from then on it is drawn at the round's lowered rate (none here); `other` still at the full rate.
+    // `miner` passes PROVEN_AUDITS audits of rounds with work: from then on it is drawn at the round's lowered rate (none here).
+    // `other` has PROVEN_AUDITS audits drawn and undecided (rounds 20 and 26, open): they count while they are, so a new
+    // identity costs the validator at most that many replays at a time. Neither is drawn.
     await app.db.query(`UPDATE audits SET detail = $3 WHERE run_id = $1 AND stage = 1 AND round IN (19, 20) AND miner_id = $2`, [app.coordinator.runId, id(miner), JSON.stringify({ ops: 2 * PROVEN_STEPS, steps: PROVEN_STEPS })]);
     await commitRound(22);
     await app.validator.audits.roundClosed(1, 22, [id(miner), id(other)]);
-    expect(await drawnIn(22)).toEqual([id(other)]);
-    const second = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=22' })).json();
+    expect(await drawnIn(22)).toEqual([]);
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=22' })).json().unproven).toEqual([]);
+    // One of them is decided without proving anything (skipped: the validator's fault): `other` is drawn at the full rate again.
+    await app.db.query(`UPDATE audits SET status = 'skipped', reason = 'VALIDATOR' WHERE run_id = $1 AND stage = 1 AND round = 26 AND miner_id = $2`, [app.coordinator.runId, id(other)]);
+    await commitRound(24);
+    await app.validator.audits.roundClosed(1, 24, [id(miner), id(other)]);
+    expect(await drawnIn(24)).toEqual([id(other)]);
+    const second = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=24' })).json();
     expect(second.unproven).toEqual([id(other)]);
-    expect(verifyAuditChoice({ ...second, stage: 1, round: 22, miners: second.committed })).toEqual([id(other)]);
+    expect(verifyAuditChoice({ ...second, stage: 1, round: 24, miners: second.committed })).toEqual([id(other)]);
+  });
+
+  it('asks the miner again for a record whose replay was lost with its process, and skips it, never flags, when it is not sent again', async () => {
+    // Replaying in a process that is gone: nothing has marked it for REPLAY_LOST_MS.
+    const lost = await openAudit(30);
+    await app.db.query(`UPDATE audits SET status = 'replaying', replay_seen = now() - make_interval(secs => $2) WHERE id = $1`, [lost, REPLAY_LOST_MS / 1000 + 1]);
+    // Replaying in a live process (marked just now): left alone.
+    const live = await openAudit(31);
+    await app.db.query(`UPDATE audits SET status = 'replaying', replay_seen = now() WHERE id = $1`, [live]);
+    await app.validator.audits.tick();
+    expect(await status(lost)).toBe('open');
+    expect(await status(live)).toBe('replaying');
+    // The miner answers again: its record is taken (and replayed) as any answer is.
+    expect((await put(lost, record(30))).statusCode).toBe(202);
+    expect(await status(lost)).not.toBe('open');
+    // Another lost one whose miner no longer keeps the record: past its new deadline it is skipped, the miner not flagged.
+    const gone = await openAudit(32);
+    await app.db.query(`UPDATE audits SET status = 'replaying', replay_seen = now() - make_interval(secs => $2) WHERE id = $1`, [gone, REPLAY_LOST_MS / 1000 + 1]);
+    await app.validator.audits.tick();
+    expect(await status(gone)).toBe('open');
+    await app.db.query(`UPDATE audits SET deadline = now() - interval '1 second' WHERE id = $1`, [gone]);
+    await app.validator.audits.tick();
+    expect(await app.db.query('SELECT status, reason FROM audits WHERE id = $1', [gone])).toEqual([{ status: 'skipped', reason: 'VALIDATOR' }]);
+    expect(await app.db.query('SELECT 1 FROM flags WHERE miner_id = $1', [id(miner)])).toEqual([]);
   });
 });

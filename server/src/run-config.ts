@@ -115,8 +115,17 @@ export const DEFAULT_INCENTIVES: IncentiveSettings = {
  * so a newcomer sees scores, a settled epoch and a claimable balance within the first few minutes
  * instead of hours. Hosted coordinators (`--local-miners 0`) keep DEFAULT_INCENTIVES, which hold
  * each epoch's earnings for its window's audits; a stored run keeps the settings it started with.
+ * A new miner is drawn at the run's audit rate, not every round: the validator shares the machine with
+ * the miners whose rounds it replays (a `small` round replayed in ~40 s on 2 cores beside three miners),
+ * and every replay drawn from an epoch holds its settlement (with every round of the first miners drawn,
+ * a newcomer's first epoch settled more than 6 minutes in).
  */
-export const LOCAL_INCENTIVES: Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs' | 'holdEpochs'> = { epochMs: 120_000, settleAfterMs: 60_000, holdEpochs: 0 };
+export const LOCAL_INCENTIVES: Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs' | 'holdEpochs' | 'unprovenAuditRate'> = {
+  epochMs: 120_000,
+  settleAfterMs: 60_000,
+  holdEpochs: 0,
+  unprovenAuditRate: DEFAULT_INCENTIVES.auditRate,
+};
 
 export const DEFAULT_MERGE: MergeSettings = {
   every: 10,

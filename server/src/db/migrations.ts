@@ -441,4 +441,13 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE miners ADD COLUMN connection text;
     `,
   },
+  {
+    version: 20,
+    name: 'replays marked by the process running them',
+    sql: `
+      -- The process that took an audit's record marks it at every tick while it replays: one no process marked for a
+      -- while (validator/audits.ts, REPLAY_LOST_MS) went with its process, and is asked of its miner again.
+      ALTER TABLE audits ADD COLUMN replay_seen timestamptz;
+    `,
+  },
 ];

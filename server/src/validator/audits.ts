@@ -27,10 +27,26 @@ export const FIRST_REPLAY_MS_GUESS = 1_000;
  * cheaters passed such rounds, then went undrawn at the run's rate for two epochs).
  */
 export const PROVEN_AUDITS = 2;
+/*
+ * An audit drawn and not yet decided (open, or its record replaying) counts toward PROVEN_AUDITS for the draw
+ * while it is: each new identity costs the validator at most PROVEN_AUDITS replays at a time beyond the run's
+ * rate. Counted only when decided, every round of every new miner was drawn until the validator caught up, which
+ * on a busy validator it never did: its backlog (and every settlement waiting on it) grew with each new miner
+ * (the newcomer e2e test's first epoch waited more than 6 minutes on 2 cores). One that fails flags the miner;
+ * one that passes a round with too little work, or is skipped, stops counting, and the miner is drawn at the full
+ * rate again.
+ */
 /** Microbatches trained (optimizer steps replayed) an audited round must hold for its pass to count toward PROVEN_AUDITS. */
 export const PROVEN_STEPS = 2;
 /** A replay not finished this long after its audit's deadline is taken as lost (skipped: the validator's fault, not the miner's). */
 export const AUDIT_REPLAY_LIMIT_MS = 300_000;
+/**
+ * The process that took a record marks its audit as still replaying (audits.replay_seen) at every tick; one not
+ * marked for this long was lost with its process (a restart, or a scale-out process that died). It is asked of its
+ * miner again (miners keep their last few rounds' records), and, unanswered, skipped rather than held against the
+ * miner: before, it held every settlement until AUDIT_REPLAY_LIMIT_MS past its deadline.
+ */
+export const REPLAY_LOST_MS = 30_000;
 
 /** An open audit is sent to its miner again this often until answered (one sent while its socket was down is lost). */
 export const AUDIT_RESEND_MS = 10_000;
@@ -89,10 +105,12 @@ export interface AuditJob {
  * skipped, never failed.
  */
 export class Auditor {
-  readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0, clippedDrawn: 0 };
+  readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, reopened: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0, clippedDrawn: 0 };
   private busy = false;
   /** When each open audit was last sent to its miner (a request sent while its socket was down is sent again). */
   private readonly sentAt = new Map<string, number>();
+  /** Audits whose record this process took and is replaying (or has queued at its validator). */
+  private readonly replaying = new Set<string>();
 
   constructor(
     private readonly c: Coordinator,
@@ -136,7 +154,7 @@ export class Auditor {
     const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
     const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
     // Replicas with too few audits passed yet are drawn at the full rate (PROVEN_AUDITS, unprovenAuditRate): named with the reveal, so anyone can check the draw.
-    const passed = await passedAudits(this.c, eligible);
+    const passed = await passedAudits(this.c, eligible, { inFlight: true });
     const unproven = eligible.filter((id) => (passed.get(id) ?? 0) < PROVEN_AUDITS);
     const [draw] = await this.c.db.query<{ secret: string; rate: number; full_rate: number | null }>(
       `UPDATE audit_rounds SET revealed_at = now(), unproven = $4 WHERE run_id = $1 AND stage = $2 AND round = $3 RETURNING secret, rate, full_rate`,
@@ -215,9 +233,12 @@ export class Auditor {
       throw new AuditError('WRONG_RECORD', `the audit is of stage ${audit.stage}, round ${audit.round}: this record is of run ${record.runId}, stage ${record.stage}, round ${record.round}`);
     }
     // Taken: nobody answers twice, whatever the replay says.
-    const [taken] = await this.c.db.query(`UPDATE audits SET status = 'replaying' WHERE id = $1 AND status = 'open' RETURNING id`, [auditId]);
+    const [taken] = await this.c.db.query(`UPDATE audits SET status = 'replaying', replay_seen = now() WHERE id = $1 AND status = 'open' RETURNING id`, [auditId]);
     if (!taken) throw new AuditError('NO_SUCH_AUDIT', 'answered already');
-    void this.replay(auditId, audit.stage, audit.round, minerId, record, bytes).catch((e: unknown) => this.c.log.error({ err: e, auditId }, 'audit failed to run'));
+    this.replaying.add(auditId);
+    void this.replay(auditId, audit.stage, audit.round, minerId, record, bytes)
+      .catch((e: unknown) => this.c.log.error({ err: e, auditId }, 'audit failed to run'))
+      .finally(() => this.replaying.delete(auditId));
   }
 
   private async replay(auditId: string, stage: number, round: number, minerId: string, record: RoundRecord, bytes: Uint8Array): Promise<void> {
@@ -381,6 +402,15 @@ export class Auditor {
         this.sentAt.set(a.id, Date.now());
       }
       for (const id of [...this.sentAt.keys()]) if (!open.some((a) => a.id === id)) this.sentAt.delete(id);
+      // This process's replays are still running; one no process marked for REPLAY_LOST_MS went with its process: asked again.
+      if (this.replaying.size) await this.c.db.query(`UPDATE audits SET replay_seen = now() WHERE id = ANY($1::text[]) AND status = 'replaying'`, [[...this.replaying]]);
+      const timeoutMs = this.c.run.incentives.auditTimeoutMs ?? 30_000;
+      const lost = await this.c.db.query<{ id: string }>(
+        `UPDATE audits SET status = 'open', deadline = now() + make_interval(secs => $2), detail = '{"reopened":"its replay was lost with the process that ran it"}'
+         WHERE run_id = $1 AND status = 'replaying' AND coalesce(replay_seen, deadline) < now() - make_interval(secs => $3) AND NOT (id = ANY($4::text[])) RETURNING id`,
+        [this.c.runId, timeoutMs / 1000, REPLAY_LOST_MS / 1000, [...this.replaying]],
+      );
+      this.stats.reopened += lost.length;
       // A replay that never came back (this process lost track of it) would hold settlement forever: skipped, saying so.
       const stuck = await this.c.db.query<{ id: string }>(
         `UPDATE audits SET status = 'skipped', reason = 'VALIDATOR', detail = '{"error":"the replay never finished"}', finished_at = now()
@@ -388,12 +418,18 @@ export class Auditor {
         [this.c.runId, AUDIT_REPLAY_LIMIT_MS / 1000],
       );
       this.stats.skipped += stuck.length;
-      const due = await this.c.db.query<{ id: string; miner_id: string; stage: number; round: number }>(
-        `UPDATE audits SET status = 'expired' WHERE run_id = $1 AND status = 'open' AND deadline < now() RETURNING id, miner_id, stage, round`,
+      const due = await this.c.db.query<{ id: string; miner_id: string; stage: number; round: number; reopened: boolean }>(
+        `UPDATE audits SET status = 'expired' WHERE run_id = $1 AND status = 'open' AND deadline < now() RETURNING id, miner_id, stage, round, (detail ? 'reopened') AS reopened`,
         [this.c.runId],
       );
       for (const a of due) {
         const [row] = await this.c.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [a.miner_id, this.c.runId]);
+        if (a.reopened) {
+          // Asked again because this side lost its replay: the miner may no longer keep that round's record.
+          await this.finish(a.id, 'skipped', 'VALIDATOR', { error: 'its replay was lost with the process that ran it, and the record was not sent again' }, 0);
+          this.stats.skipped++;
+          continue;
+        }
         if (row?.status !== 'active' || !(await this.c.canReach(a.miner_id))) {
           await this.finish(a.id, 'abandoned', 'MINER_LEFT', {}, 0);
           continue;
@@ -408,12 +444,17 @@ export class Auditor {
   }
 }
 
-/** How many audits of rounds with work (PROVEN_STEPS) each of these miners has passed in the run (PROVEN_AUDITS); a miner with none is absent. */
-async function passedAudits(c: Coordinator, minerIds: string[]): Promise<Map<string, number>> {
+/**
+ * How many audits of rounds with work (PROVEN_STEPS) each of these miners has passed in the run (PROVEN_AUDITS);
+ * with inFlight, its audits drawn and not yet decided count too (the draw's). A miner with none is absent.
+ */
+async function passedAudits(c: Coordinator, minerIds: string[], { inFlight = false } = {}): Promise<Map<string, number>> {
   if (minerIds.length === 0) return new Map();
   const rows = await c.db.query<{ miner_id: string; n: number }>(
-    `SELECT miner_id, count(*)::int AS n FROM audits WHERE run_id = $1 AND status = 'passed' AND miner_id = ANY($2::text[]) AND coalesce((detail ->> 'steps')::int, 0) >= $3 GROUP BY miner_id`,
-    [c.runId, minerIds, PROVEN_STEPS],
+    `SELECT miner_id, count(*)::int AS n FROM audits WHERE run_id = $1 AND miner_id = ANY($2::text[])
+       AND ((status = 'passed' AND coalesce((detail ->> 'steps')::int, 0) >= $3) OR ($4 AND status IN ('open', 'replaying')))
+     GROUP BY miner_id`,
+    [c.runId, minerIds, PROVEN_STEPS, inFlight],
   );
   return new Map(rows.map((r) => [r.miner_id, r.n]));
 }
