@@ -21,6 +21,8 @@
  * --max-connections-per-ip N, --requests-per-ip-per-minute N,
  * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N, --trust-proxy addr,…
  * (the load balancers in front: clients are those they forward).
+ * The emission clock of a new run (operator-settings.ts; or TAH_EPOCH_SECONDS, …):
+ * --epoch-seconds N, --settle-after-seconds N, --hold-epochs N.
  * DATABASE_URL and REDIS_URL together: scale-out mode, several processes serving one run
  * behind a load balancer (scale-out.ts; README, "Scale-out").
  */
@@ -31,7 +33,7 @@ import type { PresetName, Precision } from '@train-at-home/model';
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 import { LOCAL_INCENTIVES } from './run-config';
-import { OPERATOR_FLAGS, SettingError, operatorSettings } from './operator-settings';
+import { EMISSION_FLAGS, OPERATOR_FLAGS, SettingError, emissionSettings, operatorSettings } from './operator-settings';
 
 const { values } = parseArgs({
   options: {
@@ -54,11 +56,16 @@ const { values } = parseArgs({
     'heartbeat-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['heartbeat-ms']] },
     'silent-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['silent-ms']] },
     'trust-proxy': { type: 'string', default: process.env[OPERATOR_FLAGS['trust-proxy']] },
+    'epoch-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['epoch-seconds']] },
+    'settle-after-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['settle-after-seconds']] },
+    'hold-epochs': { type: 'string', default: process.env[EMISSION_FLAGS['hold-epochs']] },
   },
 });
 
 let operator: ReturnType<typeof operatorSettings>;
+let emission: ReturnType<typeof emissionSettings>;
 try {
+  emission = emissionSettings({ epochSeconds: values['epoch-seconds'], settleAfterSeconds: values['settle-after-seconds'], holdEpochs: values['hold-epochs'] });
   operator = operatorSettings({
     maxConnectionsPerIp: values['max-connections-per-ip'],
     requestsPerIpPerMinute: values['requests-per-ip-per-minute'],
@@ -97,7 +104,8 @@ const app = await buildApp({
     ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
     ...(values.codec ? { codec: values.codec as Precision } : {}),
     // One person on their own machine sees a settled epoch in minutes; a hosted run keeps hour-long epochs.
-    ...(localMiners !== 0 ? { incentives: LOCAL_INCENTIVES } : {}),
+    // The operator's emission clock, if given, over either.
+    incentives: { ...(localMiners !== 0 ? LOCAL_INCENTIVES : {}), ...emission },
   },
   rewards: { domain: values.domain ?? `localhost:${values.port}` },
   network: {

@@ -7,7 +7,7 @@ import { io as connect } from 'socket.io-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
-import { SettingError, operatorSettings } from './operator-settings';
+import { SettingError, emissionSettings, operatorSettings } from './operator-settings';
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const TSX = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
@@ -50,6 +50,24 @@ describe("the operator's settings", () => {
     expect(refused({ trustProxy: 'balancer.example' })).toBe('trust-proxy');
     expect(refused({ trustProxy: '10.0.0.0/33' })).toBe('trust-proxy');
     expect(refused({ trustProxy: ' , ' })).toBe('trust-proxy');
+  });
+
+  it("reads a new run's emission clock, and refuses a bad one by name", () => {
+    expect(emissionSettings({})).toEqual({});
+    expect(emissionSettings({ epochSeconds: '600', settleAfterSeconds: '0', holdEpochs: '1' })).toEqual({ epochMs: 600_000, settleAfterMs: 0, holdEpochs: 1 });
+    const refused = (input: Parameters<typeof emissionSettings>[0]): string => {
+      try {
+        emissionSettings(input);
+      } catch (e) {
+        expect(e).toBeInstanceOf(SettingError);
+        return (e as SettingError).setting;
+      }
+      return 'accepted';
+    };
+    expect(refused({ epochSeconds: '5' })).toBe('epoch-seconds');
+    expect(refused({ epochSeconds: '1h' })).toBe('epoch-seconds');
+    expect(refused({ settleAfterSeconds: '-1' })).toBe('settle-after-seconds');
+    expect(refused({ holdEpochs: '2.5' })).toBe('hold-epochs');
   });
 
   it('tells each miner the heartbeat interval when it registers', async () => {

@@ -1,5 +1,6 @@
 import proxyaddr from '@fastify/proxy-addr';
 import type { AppOptions, HttpLimits } from './app';
+import type { IncentiveSettings } from './run-config';
 import { DEFAULT_SOCKET_RATES, type RatedEvent, type SocketRate, type SocketRates } from './socket/rate-limits';
 
 /** A setting an operator gave that cannot be used: named, with what it must be. */
@@ -46,6 +47,35 @@ export const OPERATOR_FLAGS = {
   'silent-ms': 'TAH_SILENT_MS',
   'trust-proxy': 'TAH_TRUST_PROXY',
 } as const;
+
+/**
+ * The emission clock of a run this process starts (a stored run keeps the one it started with): how long an
+ * epoch is, how long after its window ends it is settled, and how many epochs after it its earnings wait for
+ * (run-config.ts, IncentiveSettings):
+ *   --epoch-seconds N                   TAH_EPOCH_SECONDS          (an hour by default; two minutes with local miners)
+ *   --settle-after-seconds N            TAH_SETTLE_AFTER_SECONDS   (ten minutes; one with local miners)
+ *   --hold-epochs N                     TAH_HOLD_EPOCHS            (2; none with local miners)
+ */
+export interface EmissionInput {
+  epochSeconds?: string;
+  settleAfterSeconds?: string;
+  holdEpochs?: string;
+}
+
+export const EMISSION_FLAGS = {
+  'epoch-seconds': 'TAH_EPOCH_SECONDS',
+  'settle-after-seconds': 'TAH_SETTLE_AFTER_SECONDS',
+  'hold-epochs': 'TAH_HOLD_EPOCHS',
+} as const;
+
+/** The emission clock an operator set for a new run: only what was given, each checked. */
+export function emissionSettings(input: EmissionInput): Partial<Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs' | 'holdEpochs'>> {
+  return {
+    ...(input.epochSeconds !== undefined ? { epochMs: 1000 * whole('epoch-seconds', input.epochSeconds, 10, 7 * 86_400) } : {}),
+    ...(input.settleAfterSeconds !== undefined ? { settleAfterMs: 1000 * whole('settle-after-seconds', input.settleAfterSeconds, 0, 86_400) } : {}),
+    ...(input.holdEpochs !== undefined ? { holdEpochs: whole('hold-epochs', input.holdEpochs, 0, 100) } : {}),
+  };
+}
 
 function whole(setting: string, raw: string, min: number, max: number): number {
   if (!/^[0-9]+$/.test(raw.trim()) || Number(raw) < min || Number(raw) > max) throw new SettingError(setting, `must be a whole number in ${min}…${max}, not ${JSON.stringify(raw)}`);

@@ -38,8 +38,8 @@ async function until<T>(what: string, fn: () => Promise<T | undefined | false> |
 }
 
 /** A coordinator process in scale-out mode; its output is kept for a failure's message. */
-function coordinator(port: number, env: Record<string, string>, run = 'scale-out'): { child: ChildProcess; url: string; output: () => string } {
-  const child = spawn(process.execPath, ['--import', TSX, MAIN, '--port', String(port), '--host', '127.0.0.1', '--preset', 'tiny', '--stages', '3', '--local-miners', '0', '--run', run], {
+function coordinator(port: number, env: Record<string, string>, run = 'scale-out', args: string[] = []): { child: ChildProcess; url: string; output: () => string } {
+  const child = spawn(process.execPath, ['--import', TSX, MAIN, '--port', String(port), '--host', '127.0.0.1', '--preset', 'tiny', '--stages', '3', '--local-miners', '0', '--run', run, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -274,11 +274,13 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
     { timeout: 420_000 },
     async () => {
       const run = 'scale-out-train';
-      const a = coordinator(port + 6, env, run);
+      // Emission epochs of 20 s, settled 5 s after they end, none held: the run settles epochs on both sides of the kill.
+      const clock = ['--epoch-seconds', '20', '--settle-after-seconds', '5', '--hold-epochs', '0'];
+      const a = coordinator(port + 6, env, run, clock);
       await until('A to hold the jobs lease', async () => (await status(a.url))?.scaleOut?.singletonJobs, 60_000).catch((e: Error) => {
         throw new Error(`${e.message}\n${a.output()}`);
       });
-      const b = coordinator(port + 7, env, run);
+      const b = coordinator(port + 7, env, run, clock);
       await until('coordinator B', () => status(b.url), 60_000);
       const lbUrl = await balancer(port + 8, [port + 6, port + 7], balancers);
       // Three miners through the balancer, one after another: each goes to the process with fewer, so both hold miners.
@@ -304,6 +306,19 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
         // Merge answers of the miners on B reach the phases on A: every stage merges.
         await until('a merge round of every stage to close', async () => (await closedRounds()).every((r) => r >= 1), 180_000).catch((e: Error) => {
           throw new Error(`${e.message}\n${ms.map((m) => m.output()).join('\n')}\n${a.output().slice(-4000)}`);
+        });
+        const settled = async (): Promise<Array<{ epoch: number; at: Date; emission: string; allocated: string; paid: string | null }>> =>
+          (
+            await db.query(
+              `SELECT s.epoch, s.settled_at AS at, s.emission::text, s.allocated::text, (SELECT sum(amount)::text FROM payouts p WHERE p.run_id = s.run_id AND p.epoch = s.epoch) AS paid
+               FROM settlements s WHERE s.run_id = $1 ORDER BY s.epoch`,
+              [runId],
+            )
+          ).rows;
+        // A, which runs settlement, settles the run's first epoch (its rounds' audits done) before it dies.
+        await until('A to settle an epoch', async () => (await settled()).length > 0, 90_000).catch((e: Error) => {
+          throw new Error(`${e.message}
+${a.output().slice(-4000)}`);
         });
         const roundsBefore = await closedRounds();
         const lossesBefore = await losses();
@@ -331,6 +346,19 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
         });
         const lossesAfter = await losses();
         expect(lossesAfter).toBeGreaterThan(lossesBefore);
+        // B goes on settling where A stopped: every epoch from the first settled once, in order, none skipped and
+        // none settled again, each paying out exactly what it allocated, never more than its emission.
+        await until('B to settle an epoch', async () => (await settled()).some((s) => s.at.getTime() > killedAt), 120_000).catch((e: Error) => {
+          throw new Error(`${e.message}
+${b.output().slice(-4000)}`);
+        });
+        const epochs = await settled();
+        expect(epochs.map((s) => s.epoch)).toEqual(epochs.map((_, i) => i));
+        for (const s of epochs) {
+          expect(BigInt(s.paid ?? '0')).toBe(BigInt(s.allocated));
+          expect(BigInt(s.allocated)).toBeLessThanOrEqual(BigInt(s.emission));
+        }
+        const byA = epochs.filter((s) => s.at.getTime() < killedAt).length;
 
         // Every loss report and receipt a miner was told is stored, is (one that was in flight when A died was sent again).
         const stats = await Promise.all(
@@ -350,7 +378,7 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
           expect(reported!.n).toBeGreaterThanOrEqual(stored.loss);
         }
         console.log(
-          `scale-out training: rounds ${roundsBefore.join('/')} before the kill, ${(await closedRounds()).join('/')} after; ${moved} miner(s) moved to B in ${backMs} ms; losses ${lossesBefore} → ${lossesAfter}; stored per miner ${JSON.stringify(stats)}`,
+          `scale-out training: rounds ${roundsBefore.join('/')} before the kill, ${(await closedRounds()).join('/')} after; ${moved} miner(s) moved to B in ${backMs} ms; losses ${lossesBefore} → ${lossesAfter}; epochs settled by A ${byA}, by B ${epochs.length - byA}; stored per miner ${JSON.stringify(stats)}`,
         );
       } finally {
         await db.end();

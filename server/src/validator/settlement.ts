@@ -74,11 +74,13 @@ export class Settler {
         );
         if ((held?.pending ?? 0) > 0) break;
         if (Date.now() < due.getTime() + holdMs) {
-          // Rounds still to be drawn, of stages miners are training now (a stage nobody holds has no round to close).
+          // Rounds still to be drawn, of stages miners are training now (a stage nobody holds has no round to close):
+          // miners connected here, or (scale-out) to any process (Coordinator.canReach): the miners of the process
+          // settling are not all the run's.
           const undrawn = await this.c.db.query<{ stage: number }>(
             `SELECT DISTINCT r.stage FROM audit_rounds r JOIN miners m ON m.run_id = r.run_id AND m.stage = r.stage
-             WHERE r.run_id = $1 AND r.created_at < $2 AND r.created_at >= $3 AND r.revealed_at IS NULL AND r.rate > 0 AND m.status = 'active' AND m.id = ANY($4::text[])`,
-            [this.c.runId, endsAt, new Date(startsAt.getTime() - holdMs), [...this.c.sockets.keys()]],
+             WHERE r.run_id = $1 AND r.created_at < $2 AND r.created_at >= $3 AND r.revealed_at IS NULL AND r.rate > 0 AND m.status = 'active' AND ($5 OR m.id = ANY($4::text[]))`,
+            [this.c.runId, endsAt, new Date(startsAt.getTime() - holdMs), [...this.c.sockets.keys()], Boolean(this.c.scaleOut)],
           );
           if (undrawn.length > 0) break;
         }
