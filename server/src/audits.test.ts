@@ -143,21 +143,37 @@ describe('audit answers', () => {
     await app.validator.audits.roundClosed(1, 26, [id(miner), id(other)]);
     expect(await drawnIn(26)).toEqual([id(miner), id(other)].sort());
     // `miner` passes PROVEN_AUDITS audits of rounds with work: from then on it is drawn at the round's lowered rate (none here).
-    // `other` has PROVEN_AUDITS audits drawn and undecided (rounds 20 and 26, open): they count while they are, so a new
-    // identity costs the validator at most that many replays at a time. Neither is drawn.
+    // `other`'s two audits are drawn and not answered yet: they prove nothing, and it is drawn again.
     await app.db.query(`UPDATE audits SET detail = $3 WHERE run_id = $1 AND stage = 1 AND round IN (19, 20) AND miner_id = $2`, [app.coordinator.runId, id(miner), JSON.stringify({ ops: 2 * PROVEN_STEPS, steps: PROVEN_STEPS })]);
     await commitRound(22);
     await app.validator.audits.roundClosed(1, 22, [id(miner), id(other)]);
-    expect(await drawnIn(22)).toEqual([]);
-    expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=22' })).json().unproven).toEqual([]);
-    // One of them is decided without proving anything (skipped: the validator's fault): `other` is drawn at the full rate again.
-    await app.db.query(`UPDATE audits SET status = 'skipped', reason = 'VALIDATOR' WHERE run_id = $1 AND stage = 1 AND round = 26 AND miner_id = $2`, [app.coordinator.runId, id(other)]);
+    expect(await drawnIn(22)).toEqual([id(other)]);
+    const second = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=22' })).json();
+    expect(second.unproven).toEqual([id(other)]);
+    expect(verifyAuditChoice({ ...second, stage: 1, round: 22, miners: second.committed })).toEqual([id(other)]);
+    // Its records come: two of rounds with work replaying count while they replay (a new identity costs the validator
+    // at most PROVEN_AUDITS replays at a time beyond the run's rate), one of a round with too little work does not.
+    const replaying = async (round: number, steps: number): Promise<void> => {
+      await app.db.query(`UPDATE audits SET status = 'replaying', detail = $4 WHERE run_id = $1 AND stage = 1 AND round = $2 AND miner_id = $3`, [app.coordinator.runId, round, id(other), JSON.stringify({ steps })]);
+    };
+    await replaying(20, PROVEN_STEPS);
+    await replaying(22, PROVEN_STEPS - 1);
     await commitRound(24);
     await app.validator.audits.roundClosed(1, 24, [id(miner), id(other)]);
     expect(await drawnIn(24)).toEqual([id(other)]);
-    const second = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=24' })).json();
-    expect(second.unproven).toEqual([id(other)]);
-    expect(verifyAuditChoice({ ...second, stage: 1, round: 24, miners: second.committed })).toEqual([id(other)]);
+    await replaying(26, PROVEN_STEPS);
+    await commitRound(28);
+    await app.validator.audits.roundClosed(1, 28, [id(miner), id(other)]);
+    expect(await drawnIn(28)).toEqual([]);
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=28' })).json().unproven).toEqual([]);
+    // One of them is decided without proving anything (skipped: the validator's fault): `other` is drawn at the full rate again.
+    await app.db.query(`UPDATE audits SET status = 'skipped', reason = 'VALIDATOR' WHERE run_id = $1 AND stage = 1 AND round = 26 AND miner_id = $2`, [app.coordinator.runId, id(other)]);
+    await commitRound(30);
+    await app.validator.audits.roundClosed(1, 30, [id(miner), id(other)]);
+    expect(await drawnIn(30)).toEqual([id(other)]);
+    const third = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=30' })).json();
+    expect(third.unproven).toEqual([id(other)]);
+    expect(verifyAuditChoice({ ...third, stage: 1, round: 30, miners: third.committed })).toEqual([id(other)]);
   });
 
   it('asks the miner again for a record whose replay was lost with its process, and skips it, never flags, when it is not sent again', async () => {

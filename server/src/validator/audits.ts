@@ -28,13 +28,15 @@ export const FIRST_REPLAY_MS_GUESS = 1_000;
  */
 export const PROVEN_AUDITS = 2;
 /*
- * An audit drawn and not yet decided (open, or its record replaying) counts toward PROVEN_AUDITS for the draw
- * while it is: each new identity costs the validator at most PROVEN_AUDITS replays at a time beyond the run's
- * rate. Counted only when decided, every round of every new miner was drawn until the validator caught up, which
- * on a busy validator it never did: its backlog (and every settlement waiting on it) grew with each new miner
- * (the newcomer e2e test's first epoch waited more than 6 minutes on 2 cores). One that fails flags the miner;
- * one that passes a round with too little work, or is skipped, stops counting, and the miner is drawn at the full
- * rate again.
+ * An audit whose record is replaying, of a round with at least PROVEN_STEPS microbatches trained (as the record
+ * says: a record that says otherwise fails its replay), counts toward PROVEN_AUDITS for the draw while it
+ * replays: each new identity costs the validator at most PROVEN_AUDITS replays at a time beyond the run's rate.
+ * Counted only when decided, every round of every new miner was drawn until the validator caught up, which on a
+ * busy validator it never did: its backlog (and every settlement waiting on it) grew with each new miner (the
+ * newcomer e2e test's first epoch waited more than 6 minutes on 2 cores). Detection stays certain for a miner
+ * that cheats in every round: such a replay fails, and it flags the miner before any later epoch settles (an
+ * epoch waits for every audit drawn before it was due). One that passes too little work, or is skipped, stops
+ * counting, and the miner is drawn at the full rate again; an audit not yet answered never counts.
  */
 /** Microbatches trained (optimizer steps replayed) an audited round must hold for its pass to count toward PROVEN_AUDITS. */
 export const PROVEN_STEPS = 2;
@@ -233,7 +235,12 @@ export class Auditor {
       throw new AuditError('WRONG_RECORD', `the audit is of stage ${audit.stage}, round ${audit.round}: this record is of run ${record.runId}, stage ${record.stage}, round ${record.round}`);
     }
     // Taken: nobody answers twice, whatever the replay says.
-    const [taken] = await this.c.db.query(`UPDATE audits SET status = 'replaying', replay_seen = now() WHERE id = $1 AND status = 'open' RETURNING id`, [auditId]);
+    // The microbatches it says it trained (checked by the replay): a replay of a round with work counts toward the draw's PROVEN_AUDITS.
+    const steps = record.ops.filter((o) => o.kind === 'backward' && o.applied).length;
+    const [taken] = await this.c.db.query(
+      `UPDATE audits SET status = 'replaying', replay_seen = now(), detail = coalesce(detail, '{}'::jsonb) || jsonb_build_object('steps', $2::int) WHERE id = $1 AND status = 'open' RETURNING id`,
+      [auditId, steps],
+    );
     if (!taken) throw new AuditError('NO_SUCH_AUDIT', 'answered already');
     this.replaying.add(auditId);
     void this.replay(auditId, audit.stage, audit.round, minerId, record, bytes)
@@ -446,13 +453,13 @@ export class Auditor {
 
 /**
  * How many audits of rounds with work (PROVEN_STEPS) each of these miners has passed in the run (PROVEN_AUDITS);
- * with inFlight, its audits drawn and not yet decided count too (the draw's). A miner with none is absent.
+ * with inFlight, those whose replay is under way count too (the draw's). A miner with none is absent.
  */
 async function passedAudits(c: Coordinator, minerIds: string[], { inFlight = false } = {}): Promise<Map<string, number>> {
   if (minerIds.length === 0) return new Map();
   const rows = await c.db.query<{ miner_id: string; n: number }>(
     `SELECT miner_id, count(*)::int AS n FROM audits WHERE run_id = $1 AND miner_id = ANY($2::text[])
-       AND ((status = 'passed' AND coalesce((detail ->> 'steps')::int, 0) >= $3) OR ($4 AND status IN ('open', 'replaying')))
+       AND (status = 'passed' OR ($4 AND status = 'replaying')) AND coalesce((detail ->> 'steps')::int, 0) >= $3
      GROUP BY miner_id`,
     [c.runId, minerIds, PROVEN_STEPS, inFlight],
   );
