@@ -70,7 +70,9 @@ describe('a tab on WebGPU', () => {
     };
     await expect.poll(async () => {
       const audits = await byBackend();
-      console.log(`e2e: audits ${JSON.stringify(audits)}`);
+      // A failed one's evidence, as soon as there is one (a failure here ends in this poll's timeout).
+      const failed = await app.db.query<{ reason: string; detail: unknown }>(`SELECT reason, detail FROM audits WHERE status = 'failed'`);
+      console.log(`e2e: audits ${JSON.stringify(audits)}${failed.map((f) => `; failed ${f.reason}: ${JSON.stringify(f.detail).slice(0, 600)}`).join('')}`);
       return ['webgpu', 'webgl'].every((b) => audits[b]?.includes('passed'));
     }, { timeout: 300_000, interval: 5000 }).toBe(true);
     const failed = await app.db.query<{ detail: unknown }>(`SELECT detail FROM audits WHERE status = 'failed'`);
