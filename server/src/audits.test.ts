@@ -125,6 +125,11 @@ describe('audit answers', () => {
         id(other),
       ]);
     };
+    // A round's published draw: the replicas named unproven, and those anyone checking the reveal finds chosen.
+    const publishedDraw = async (round: number): Promise<{ unproven: string[]; chosen: string[] }> => {
+      const draw = (await app.fastify.inject({ method: 'GET', url: `/api/audits?stage=1&round=${round}` })).json();
+      return { unproven: draw.unproven, chosen: verifyAuditChoice({ ...draw, stage: 1, round, miners: draw.committed }) };
+    };
     const drawnIn = async (round: number): Promise<string[]> => (await app.db.query<{ miner_id: string }>('SELECT miner_id FROM audits WHERE run_id = $1 AND stage = 1 AND round = $2 ORDER BY miner_id', [app.coordinator.runId, round])).map((r) => r.miner_id);
     // The audits earlier tests left open are decided (their miners left): undecided ones count toward the draw's PROVEN_AUDITS.
     await app.db.query(`UPDATE audits SET status = 'abandoned' WHERE run_id = $1 AND status IN ('open', 'replaying')`, [app.coordinator.runId]);
@@ -148,9 +153,7 @@ describe('audit answers', () => {
     await commitRound(22);
     await app.validator.audits.roundClosed(1, 22, [id(miner), id(other)]);
     expect(await drawnIn(22)).toEqual([id(other)]);
-    const second = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=22' })).json();
-    expect(second.unproven).toEqual([id(other)]);
-    expect(verifyAuditChoice({ ...second, stage: 1, round: 22, miners: second.committed })).toEqual([id(other)]);
+    expect(await publishedDraw(22)).toEqual({ unproven: [id(other)], chosen: [id(other)] });
     // Its records come: two of rounds with work replaying count while they replay (a new identity costs the validator
     // at most PROVEN_AUDITS replays at a time beyond the run's rate), one of a round with too little work does not.
     const replaying = async (round: number, steps: number): Promise<void> => {
@@ -171,9 +174,7 @@ describe('audit answers', () => {
     await commitRound(30);
     await app.validator.audits.roundClosed(1, 30, [id(miner), id(other)]);
     expect(await drawnIn(30)).toEqual([id(other)]);
-    const third = (await app.fastify.inject({ method: 'GET', url: '/api/audits?stage=1&round=30' })).json();
-    expect(third.unproven).toEqual([id(other)]);
-    expect(verifyAuditChoice({ ...third, stage: 1, round: 30, miners: third.committed })).toEqual([id(other)]);
+    expect(await publishedDraw(30)).toEqual({ unproven: [id(other)], chosen: [id(other)] });
   });
 
   it('asks the miner again for a record whose replay was lost with its process, and skips it, never flags, when it is not sent again', async () => {

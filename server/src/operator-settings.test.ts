@@ -18,6 +18,17 @@ afterEach(async () => {
   app = undefined;
 });
 
+/** The setting a parser refuses this input for (a SettingError), or 'accepted'. */
+function refusedBy<I>(parse: (input: I) => unknown, input: I): string {
+  try {
+    parse(input);
+  } catch (e) {
+    expect(e).toBeInstanceOf(SettingError);
+    return (e as SettingError).setting;
+  }
+  return 'accepted';
+}
+
 describe("the operator's settings", () => {
   it('reads limits and timings, and refuses a bad one by name', () => {
     expect(operatorSettings({})).toEqual({ http: {}, socketRates: {}, heartbeatMs: 2000, silentMs: 15_000 });
@@ -29,15 +40,7 @@ describe("the operator's settings", () => {
       heartbeatMs: 4000,
       silentMs: 30_000, // 7.5 heartbeats
     });
-    const refused = (input: Parameters<typeof operatorSettings>[0]): string => {
-      try {
-        operatorSettings(input);
-      } catch (e) {
-        expect(e).toBeInstanceOf(SettingError);
-        return (e as SettingError).setting;
-      }
-      return 'accepted';
-    };
+    const refused = (input: Parameters<typeof operatorSettings>[0]): string => refusedBy(operatorSettings, input);
     expect(refused({ maxConnectionsPerIp: '0' })).toBe('max-connections-per-ip');
     expect(refused({ requestsPerIpPerMinute: '12.5' })).toBe('requests-per-ip-per-minute');
     expect(refused({ socketRates: 'heartbeat=10' })).toBe('socket-rates');
@@ -55,15 +58,7 @@ describe("the operator's settings", () => {
   it("reads a new run's emission clock, and refuses a bad one by name", () => {
     expect(emissionSettings({})).toEqual({});
     expect(emissionSettings({ epochSeconds: '600', settleAfterSeconds: '0', holdEpochs: '1' })).toEqual({ epochMs: 600_000, settleAfterMs: 0, holdEpochs: 1 });
-    const refused = (input: Parameters<typeof emissionSettings>[0]): string => {
-      try {
-        emissionSettings(input);
-      } catch (e) {
-        expect(e).toBeInstanceOf(SettingError);
-        return (e as SettingError).setting;
-      }
-      return 'accepted';
-    };
+    const refused = (input: Parameters<typeof emissionSettings>[0]): string => refusedBy(emissionSettings, input);
     expect(refused({ epochSeconds: '5' })).toBe('epoch-seconds');
     expect(refused({ epochSeconds: '1h' })).toBe('epoch-seconds');
     expect(refused({ settleAfterSeconds: '-1' })).toBe('settle-after-seconds');

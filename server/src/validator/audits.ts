@@ -128,6 +128,11 @@ export class Auditor {
     return this.c.run.incentives.auditRate ?? 0;
   }
 
+  /** How long a drawn miner has to upload its record. */
+  private get timeoutMs(): number {
+    return this.c.run.incentives.auditTimeoutMs ?? 30_000;
+  }
+
   /**
    * Commits to the audit draw of a stage's round before any of its work (idempotent), at the run's
    * audit rate, halved for every round's worth of replay time the validator has waiting (FIRST_REPLAY_MS_GUESS):
@@ -179,7 +184,6 @@ export class Auditor {
     const forced = eligible.filter((id) => outliers.has(id) && !drawn.includes(id));
     this.stats.clippedDrawn += forced.length;
     const chosen = [...drawn, ...forced];
-    const timeoutMs = this.c.run.incentives.auditTimeoutMs ?? 30_000;
     for (const minerId of chosen) {
       const [miner] = await this.c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, this.c.runId]);
       const id = randomBytes(16).toString('hex');
@@ -197,8 +201,8 @@ export class Auditor {
         this.stats.skipped++;
         continue;
       }
-      await this.insert(id, stage, round, minerId, 'open', null, null, timeoutMs);
-      this.c.sendToMiner(minerId, 'audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs: timeoutMs });
+      await this.insert(id, stage, round, minerId, 'open', null, null, this.timeoutMs);
+      this.c.sendToMiner(minerId, 'audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs: this.timeoutMs });
       this.sentAt.set(id, Date.now());
     }
   }
@@ -411,11 +415,10 @@ export class Auditor {
       for (const id of [...this.sentAt.keys()]) if (!open.some((a) => a.id === id)) this.sentAt.delete(id);
       // This process's replays are still running; one no process marked for REPLAY_LOST_MS went with its process: asked again.
       if (this.replaying.size) await this.c.db.query(`UPDATE audits SET replay_seen = now() WHERE id = ANY($1::text[]) AND status = 'replaying'`, [[...this.replaying]]);
-      const timeoutMs = this.c.run.incentives.auditTimeoutMs ?? 30_000;
       const lost = await this.c.db.query<{ id: string }>(
         `UPDATE audits SET status = 'open', deadline = now() + make_interval(secs => $2), detail = '{"reopened":"its replay was lost with the process that ran it"}'
          WHERE run_id = $1 AND status = 'replaying' AND coalesce(replay_seen, deadline) < now() - make_interval(secs => $3) AND NOT (id = ANY($4::text[])) RETURNING id`,
-        [this.c.runId, timeoutMs / 1000, REPLAY_LOST_MS / 1000, [...this.replaying]],
+        [this.c.runId, this.timeoutMs / 1000, REPLAY_LOST_MS / 1000, [...this.replaying]],
       );
       this.stats.reopened += lost.length;
       // A replay that never came back (this process lost track of it) would hold settlement forever: skipped, saying so.
