@@ -179,6 +179,8 @@ export class Miner {
   checkpointsUploaded = 0;
   /** The weights its last successful merge ended with: uploaded as that round's checkpoint when the coordinator asks. */
   private lastMerged?: { stage: number; round: number; hash: string; weights: Uint8Array };
+  /** The last merge that ended here without going through and without this replica knowing its round committed (endMerge). */
+  private endedUncommitted?: { round: number; worker: PipelineWorker; current: Float32Array };
   /** Every merge round this miner took part in, as it ended. */
   readonly merges: Array<{ stage: number; round: number; mode: MergeGo['mode']; participants: number } & Omit<MergeOutcome, 'round' | 'weights'>> = [];
   /** Stage 0: microbatches whose gradient came back and was applied; and how many were sent again. */
@@ -537,6 +539,7 @@ export class Miner {
       onReject: (from, reason) => log(`refused a message from ${from.slice(0, 8)}…: ${reason}`),
       onStep: () => this.sinceMerge++,
       onOp: (op) => recorder?.add(op),
+      round: () => recorder?.serial,
       // The last stage refuses microbatches whose tokens are not the windows their id is assigned (FOREIGN_TOKENS).
       checkTokens: model.spec.isLast ? (id, batch) => this.foreignTokens(layout, id, batch) : undefined,
       deviceCodec: this.o.deviceCodec,
@@ -688,19 +691,30 @@ export class Miner {
       this.committed(m.round, worker);
     } catch (e) {
       this.o.log?.(`merge ${m.round}: the coordinator did not take this replica's answer (${(e as Error).message})`);
-      this.recorder?.reopen(m.round);
-      if (this.merging?.round === m.round) this.endMerge();
+      if (this.merging?.round === m.round) {
+        // Still paused: nothing ran since the record closed, so it goes on as one round. (Once the merge ended without
+        // this replica, training went on into the next record: the closed one stays closed, uncommitted.)
+        this.recorder?.reopen(m.round);
+        this.endMerge();
+      }
     }
   }
 
   /**
-   * The round of this merge is committed: a forward from before it belongs to the closed round, so its gradient
-   * takes no step (as after a merge; an audit's replay expects that). Only while the merge is still under way: once
-   * it went through (merged() did the same) or ended, training has resumed in the next round, whose steps count.
+   * The round of this merge is committed (its record closed with merge-ready, and a forward from before it went to
+   * that record: its gradient takes no step, the worker sees to that through RoundRecorder.serial). If the merge
+   * then does not go through here, the next round goes on from the committed end state (endMerge).
    */
   private committed(round: number, worker: PipelineWorker): void {
-    if (this.merging?.round !== round || this.merging.merged || this.worker !== worker) return;
-    worker.roundEnded();
+    if (this.worker !== worker) return;
+    const ended = this.endedUncommitted;
+    if (!this.merging && ended?.round === round && ended.worker === worker) {
+      // The answer came after the merge had given up on it (its timer): the round was committed all the same.
+      this.endedUncommitted = undefined;
+      this.outer?.reset(ended.current);
+      return;
+    }
+    if (this.merging?.round !== round || this.merging.merged) return;
     this.merging.committed = true;
   }
 
@@ -712,11 +726,10 @@ export class Miner {
       this.endMerge(); // answered too late for this round: keep training, the work counts next time
       return;
     }
-    if (this.merging.unanswered) {
-      // Its unanswered merge-ready was stored after all: the round is committed.
-      this.merging.unanswered = false;
-      if (this.worker) this.committed(go.round, this.worker);
-    }
+    // Named, so its merge-ready was stored: the round is committed, though the answer may not have come yet (the last
+    // replica ready hears merge-go before it) or never come (unanswered).
+    this.merging.unanswered = false;
+    if (this.worker) this.committed(go.round, this.worker);
     // The all-reduce is bounded by the round's own timeouts (roundMs): training must not resume in the middle of
     // it (steps taken then would be overwritten by the merged weights, and would end up in the audited round's record).
     clearTimeout(this.merging.timer);
@@ -775,6 +788,11 @@ export class Miner {
     // that committed end state (its audit record starts there), so its contribution to the next merge is counted from
     // there too, as after a merge that averaged weights: the end state becomes the outer anchor and the momentum restarts.
     if (this.merging.committed && !this.merging.merged && this.merging.prepared) this.outer?.reset(this.merging.prepared.current);
+    // Not known yet (merge-ready still unanswered when the merge's timer ran out): its answer may still say so.
+    this.endedUncommitted =
+      !this.merging.committed && !this.merging.merged && !this.merging.unanswered && this.merging.prepared && this.worker
+        ? { round: this.merging.round, worker: this.worker, current: this.merging.prepared.current }
+        : undefined;
     this.merging = undefined;
     this.worker?.resume();
   }

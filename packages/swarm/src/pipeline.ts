@@ -65,6 +65,11 @@ export interface PipelineWorkerOptions {
   /** Every forward and backward this worker ran, in order, with the bytes in and out (the miner's round record, for audits). */
   onOp?: (op: RoundOp) => void;
   /**
+   * Which round's record ops go to now (RoundRecorder.serial): a gradient takes a step only if its forward went to
+   * the same record, as an audit's replay of that record expects, whenever the miner ends or goes on with a round.
+   */
+  round?: () => number | undefined;
+  /**
    * Stage 0: checks a microbatch's token windows before it is sent (the run's
    * data seed assigns them from its id); the last stage: checks the targets
    * it receives the same way. Absent: no check.
@@ -107,6 +112,8 @@ interface Pending {
   input: StageInput;
   /** The weights' generation when its forward ran (see PipelineWorker.merged). */
   generation: number;
+  /** The round record its forward went to (PipelineWorkerOptions.round). */
+  round?: number;
   /** First input token of each row, carried to the next stage (see microbatch.ts). */
   firstTokens: Int32Array;
   /** Who sent the activation (absent on stage 0): the gradient goes back there. */
@@ -231,16 +238,8 @@ export class PipelineWorker {
    * (server/src/validator/spot-checks.ts counts steps the same way).
    */
   merged(): void {
-    this.roundEnded();
-    this.sinceMerged = 0;
-  }
-
-  /**
-   * The miner committed its round with merge-ready: the round's audit record ends there whatever the merge does,
-   * so a gradient of a forward from before it takes no step (as after a merge; an audit's replay expects that).
-   */
-  roundEnded(): void {
     this.generation++;
+    this.sinceMerged = 0;
   }
 
   /** A payload this miner recently sent or received, for the validator's probe (undefined once evicted). */
@@ -336,6 +335,7 @@ export class PipelineWorker {
     entry.to = to;
     this.outstanding.set(to, (this.outstanding.get(to) ?? 0) + 1);
     const payload = encodeMicrobatch({ batch: entry.input.batch, time: entry.input.time, pathway: [...pathway, this.o.selfId], firstTokens: entry.firstTokens, targets, frame });
+    entry.round = this.o.round?.();
     this.o.onOp?.({ kind: 'forward', activationId: hex(activationId), input: entry.received ?? new Uint8Array(0), sent: payload });
     this.confirmSending('activation', activationId, to, payload);
     await this.o.mesh.send(to, { kind: 'activation', runId: this.o.runId, epoch: this.o.epoch(), activationId, pathway: [] }, payload);
@@ -344,8 +344,9 @@ export class PipelineWorker {
   private async backwardAndSend(activationId: Uint8Array, entry: Pending, outputGrad: tf.Tensor | undefined, pathway: string[] | undefined, outputGradBytes?: Uint8Array): Promise<void> {
     const started = performance.now();
     const bad = this.o.misbehave;
-    // A gradient of the weights before the merge takes no step (see merged()).
-    const applied = entry.generation === this.generation;
+    // A gradient of the weights before the merge takes no step (see merged()), nor one of a forward in a round ended
+    // since (the last stage's forward is this same message: its round is now).
+    const applied = entry.generation === this.generation && (this.o.stage.spec.isLast || entry.round === this.o.round?.());
     if (!applied) this.stats.staleGradients++;
     let result: { inputGrad?: tf.Tensor2D; loss?: number };
     if (this.freeRiding() && outputGrad) {

@@ -1,5 +1,5 @@
 import * as tf from '@tensorflow/tfjs';
-import { PRESETS, Stage, assignedWindows, contentHash, countStageParameters, exportStageWeights, stageSpecs, type RunLayout } from '@train-at-home/model';
+import { PRESETS, Stage, assignedWindows, contentHash, countStageParameters, exportStageWeights, importStageWeights, stageSpecs, type RunLayout } from '@train-at-home/model';
 import { initNodeBackend } from '@train-at-home/model/node';
 import { payloadHashHex, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -309,5 +309,121 @@ describe('whole-round audits', () => {
     expect(() => decodeRecord(bytes.subarray(0, bytes.length - 1))).toThrow(RecordError);
     expect(() => decodeRecord(new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8, 9]))).toThrow(/BAD_RECORD/);
     round.stages.forEach((s) => s.dispose());
+  });
+
+  it('steps a gradient only in the round its forward was recorded in, however a merge\'s messages interleave: both rounds replay', async () => {
+    // A microbatch is in flight when the round closes with merge-ready (the last replica ready hears merge-go before the
+    // answer; the merge may then fail and training go on from the committed end). Its forward is in the closed round's
+    // record, its backward in the next one's: that backward must take no step, as the replay of the next round expects.
+    const across = async (followRecords: boolean) => {
+      const meshes = memoryMeshes(IDS);
+      const held: Array<() => void> = [];
+      let holding = false;
+      const toFirst = meshes.get(IDS[1]!)!;
+      const send = toFirst.send.bind(toFirst);
+      // Gradients stage 1 sends back to stage 0 wait while `holding`, as a gradient on the wire would.
+      toFirst.send = (async (to: string, header: FrameHeader, payload: Uint8Array) => {
+        if (holding && to === IDS[0] && header.kind === 'gradient') {
+          held.push(() => void send(to, header, payload));
+          return { bytes: payload.length, payloadHash: payloadHashHex(payload) };
+        }
+        return send(to, header, payload);
+      }) as Mesh['send'];
+      const specs = stageSpecs(config, layout);
+      const stages = specs.map((s) => new Stage(s, SEED));
+      const recorders = IDS.map((id, k) => new RoundRecorder(1, id, k));
+      let closed = 0;
+      const reported: Array<ConfirmedTransfer & { by: string; round: number }> = [];
+      const losses = new Map<string, number>();
+      const workers = IDS.map(
+        (id, k) =>
+          new PipelineWorker({
+            selfId: id,
+            stage: stages[k]!,
+            runId: 1,
+            mesh: meshes.get(id)!,
+            nextPeers: () => (IDS[k + 1] ? [IDS[k + 1]!] : []),
+            epoch: () => 0,
+            ...training,
+            onOp: (op) => recorders[k]!.add(op),
+            ...(followRecords ? { round: () => recorders[k]!.serial } : {}),
+            onTransfer: (t) => reported.push({ ...t, by: id, round: closed + 1 }),
+            onLoss: (r) => losses.set(r.activationId, r.loss),
+          }),
+      );
+      const states: Array<Array<{ weights: Uint8Array; state: Uint8Array }>> = [[], [], []];
+      for (let k = 0; k < 3; k++) {
+        const weights = await exportStageWeights(stages[k]!);
+        const state = await workers[k]!.compute.exportState();
+        states[k]!.push({ weights, state });
+        recorders[k]!.start(0, contentHash(weights), state, weights);
+      }
+      const closeAll = async () => {
+        closed++;
+        for (let k = 0; k < 3; k++) {
+          const [weights, state] = [await exportStageWeights(stages[k]!), await workers[k]!.compute.exportState()];
+          states[k]!.push({ weights, state });
+          recorders[k]!.close(closed, contentHash(weights), state, weights);
+        }
+      };
+      const submit = (): Promise<void> => {
+        const id = crypto.getRandomValues(new Uint8Array(16));
+        return workers[0]!.submit(assignedWindows(tokens, BATCH, config.contextLength, DATA_SEED, id), id);
+      };
+      await submit();
+      holding = true;
+      const inFlight = submit();
+      while (held.length === 0) await new Promise((r) => setTimeout(r, 5));
+      await closeAll(); // round 1 ends with the second microbatch's gradient on its way back to stage 0
+      holding = false;
+      held.forEach((deliver) => deliver());
+      await inFlight;
+      await submit();
+      await new Promise((r) => setTimeout(r, 20));
+      await closeAll();
+      workers.forEach((w) => w.dispose());
+      const verdicts = [];
+      for (const round of [1, 2]) {
+        for (let k = 0; k < 3; k++) {
+          const fresh = new Stage(specs[k]!, SEED);
+          const record = recorders[k]!.find(round)!;
+          if (round > 1) importStageWeights(fresh, record.anchorWeights!);
+          // Each side's own receipts say in which round it sent: a send of the other round need not be in this record.
+          const transfers = reported.filter((t) => t.by === IDS[k]).map((t) => ({ direction: t.direction, activationId: t.activationId, from: t.from, to: t.to, payloadHash: t.payloadHash, inRound: t.round === round }));
+          try {
+            verdicts.push(
+              await replayRound({
+                stage: fresh,
+                training,
+                record: decodeRecord(encodeRecord(record)),
+                startStateHash: round === 1 ? null : contentHash(states[k]![round - 1]!.state),
+                endWeightsHash: contentHash(states[k]![round]!.weights),
+                endStateHash: contentHash(states[k]![round]!.state),
+                transfers,
+                reportedLosses: losses,
+                tokens,
+                dataSeed: DATA_SEED,
+                batchSize: BATCH,
+                maxBatch: 256,
+              }),
+            );
+          } finally {
+            fresh.dispose();
+          }
+        }
+      }
+      stages.forEach((s) => s.dispose());
+      return { verdicts, first: recorders[0]!.find(2)!.ops.map((o) => [o.kind, o.applied]) };
+    };
+    const followed = await across(true);
+    expect(followed.verdicts.map((v) => v.passed)).toEqual([true, true, true, true, true, true]);
+    // Stage 0's second round: the held gradient's backward took no step; the next microbatch's did.
+    expect(followed.first).toEqual([['backward', false], ['forward', undefined], ['backward', true]]);
+    expect(followed.verdicts[3]).toMatchObject({ steps: 1 });
+    // A worker that steps by the merge alone (as before: a merge-ready answered after merge-go and a failed merge never
+    // ended its round) stepped that gradient into the next round, whose record then fails its replay.
+    const unfollowed = await across(false);
+    expect(unfollowed.first[0]).toEqual(['backward', true]);
+    expect(unfollowed.verdicts[3]).toMatchObject({ passed: false, reason: 'AUDIT_BAD_RECORD', op: 0 });
   });
 });

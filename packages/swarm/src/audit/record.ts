@@ -204,6 +204,15 @@ export const RECORDS_KEPT = 3;
 export class RoundRecorder {
   private current?: RoundRecord;
   private readonly finished: RoundRecord[] = [];
+  /**
+   * Which round's record is in progress, for the pipeline worker (PipelineWorkerOptions.round): a gradient takes a
+   * step only if its forward ran in the same record, which is what an audit's replay expects of the record. It changes
+   * exactly where a record begins (start, close) and goes back where a closed one goes on (reopen), so the worker's
+   * steps follow the record's bounds whatever order the merge's messages come in.
+   */
+  serial = 0;
+  private serials = 0;
+  private closedSerial = 0;
 
   constructor(
     private readonly runId: number,
@@ -221,6 +230,7 @@ export class RoundRecorder {
   start(anchorRound: number, anchorHash: string, optimizer: Uint8Array, anchorWeights?: Uint8Array, optimizerHash?: string): void {
     this.current = { runId: this.runId, minerId: this.minerId, stage: this.stage, anchorRound, anchorHash, ...(anchorWeights ? { anchorWeights } : {}), optimizer, round: 0, ops: [] };
     this.currentOptimizerHash = optimizerHash;
+    this.serial = ++this.serials;
   }
 
   /** Records an op of the round in progress (none before start: a round not begun from known weights is not auditable). */
@@ -255,21 +265,24 @@ export class RoundRecorder {
     this.current.round = round;
     // Shared with the next round's start (no copy) until a merge replaces it.
     if (keepEnd && endWeights) this.current.end = { weights: endWeights, state: optimizer };
+    this.closedSerial = this.serial;
     this.finish();
     this.start(round, endHash, optimizer, endWeights, optimizerHash);
   }
 
   /**
    * The coordinator did not take that `merge-ready` (nothing was committed): the round goes on as if it had not
-   * been closed, from the anchor it began with, so its next commitment ends it.
+   * been closed, from the anchor it began with, so its next commitment ends it. Not once the next round has work.
    */
-  reopen(round: number): void {
+  reopen(round: number): boolean {
     const last = this.finished[this.finished.length - 1];
-    if (!last || last.round !== round || !this.current || this.current.anchorRound !== round || this.current.ops.length > 0) return;
+    if (!last || last.round !== round || !this.current || this.current.anchorRound !== round || this.current.ops.length > 0) return false;
     this.finished.pop();
     const { end: _uncommitted, ...reopened } = last;
     this.current = { ...reopened, round: 0 };
     this.currentOptimizerHash = undefined;
+    this.serial = this.closedSerial;
+    return true;
   }
 
   /** The merge went through: the round in progress is finished and kept. */
