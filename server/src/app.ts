@@ -233,7 +233,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   await fastify.register(dashboardRoutes, { coordinator, feed });
   refuseOtherSocketMethods(fastify.server);
   coordinator.io = io;
-  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates));
+  // Socket budgets shared by every process in scale-out mode (in Redis), as the HTTP ones above are.
+  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, redis ? { redis: redis.pub, prefix: `tah:${coordinator.run.name}:socket-rate:` } : undefined));
   if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);

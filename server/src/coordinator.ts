@@ -3,10 +3,10 @@ import type { Server, Socket } from 'socket.io';
 import type { Database } from './db/database';
 import { PRESETS } from '@train-at-home/model';
 import { ActivationRegistry } from './activations';
-import { LiveState } from './dashboard/live';
+import { LiveState, mergeLive, type LiveSummary } from './dashboard/live';
 import { PhaseMachine } from './phases';
 import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
-import { rebalanceStages } from './socket/registration';
+import { rebalance, type StageMember } from './assignment';
 import { Flags } from './validator/flags';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
 import { StageMapFeed, stageRoom } from './stage-map';
@@ -116,7 +116,7 @@ export class Coordinator {
     );
     for (const id of quiet) this.liveness.forget(id);
     for (const { id } of silent) this.toMiner({ id, kind: 'disconnect' });
-    if (silent.length > 0) await rebalanceStages(this);
+    if (silent.length > 0) await this.rebalanceStages();
     return silent.map((r) => r.id);
   }
 
@@ -142,7 +142,29 @@ export class Coordinator {
     this.live.forget(id);
     this.liveness.forget(id);
     await this.db.query(`UPDATE miners SET status = 'left' WHERE id = $1 AND status = 'active' AND connection = $2`, [id, connection]);
-    await rebalanceStages(this);
+    await this.rebalanceStages();
+  }
+
+  /** Moves miners so no stage stays empty; tells each moved miner its new stage. */
+  async rebalanceStages(): Promise<void> {
+    // Most departures leave every stage held: counted in the database (one row per stage), not read miner by miner.
+    const held = await this.db.query<{ n: number }>(`SELECT count(DISTINCT stage)::int AS n FROM miners WHERE run_id = $1 AND status = 'active'`, [this.runId]);
+    if ((held[0]?.n ?? 0) >= this.run.stages) return void (await this.publishStageMap());
+    const members = await this.db.query<StageMember>(
+      `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active'`,
+      [this.runId],
+    );
+    for (const move of rebalance(this.run.stages, members)) {
+      await this.db.query('UPDATE miners SET stage = $1, stage_since = now() WHERE id = $2', [move.to, move.id]);
+      this.toMiner({ id: move.id, kind: 'moved', from: move.from, to: move.to, reason: `stage ${move.to} had no miner` });
+    }
+    await this.publishStageMap();
+  }
+
+  /** The dashboard's live figures: this process's, and in scale-out mode every other process's with them. */
+  async liveSummary(nowMs = Date.now()): Promise<LiveSummary> {
+    const own = this.live.summary(this.relayed, nowMs);
+    return this.scaleOut ? mergeLive([own, ...(await this.scaleOut.othersLive())]) : own;
   }
 
   /** Whether a registered miner of this run is connected here, or (scale-out) to another coordinator process. */

@@ -4,6 +4,7 @@ import { io as connect, type Socket } from 'socket.io-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
+import { LiveState, mergeLive } from './dashboard/live';
 
 let app: App | undefined;
 const sockets: Socket[] = [];
@@ -111,5 +112,24 @@ describe('the dashboard feed', () => {
     expect(rest.samples.map((s: { text: string; rounds: number[] }) => [s.text, s.rounds])).toEqual([[' text 1', [1, 1]]]);
     expect(rest.nextBefore).toBeNull();
     expect((await app.fastify.inject({ method: 'GET', url: '/api/samples?limit=1000' })).statusCode).toBe(400);
+  });
+
+  it('merges the live figures of several coordinator processes: each miner\'s newest report, rates and totals summed, a malformed part ignored', () => {
+    const now = 1_000_000_000;
+    const a = new LiveState(3, 100);
+    const b = new LiveState(3, 100);
+    a.report('m1', { phase: 'training', tokensPerSec: 5, microbatches: 1 }, now - 5000);
+    b.report('m1', { phase: 'merging', tokensPerSec: 6, microbatches: 2 }, now - 1000); // came back on b since
+    b.report('m2', { phase: 'waiting', tokensPerSec: 0, microbatches: 0 }, now - 60_000); // stale: not shown
+    for (let s = 0; s < 10; s++) {
+      a.transfer('activation', 1, 10, now - 10_000 + s * 1000);
+      b.transfer('gradient', 1, 30, now - 10_000 + s * 1000);
+    }
+    const merged = mergeLive([a.summary({ frameBytes: 1, signalBytes: 2 }, now), b.summary({ frameBytes: 3, signalBytes: 4 }, now), null, { miners: 'x' }, 42]);
+    expect(merged.miners).toEqual([['m1', { phase: 'merging', tokensPerSec: 6, microbatches: 2, at: now - 1000 }]]);
+    expect(merged.rates[0]).toEqual({ from: 0, to: 1, activationsPerSec: 1, gradientsPerSec: 0, bytesPerSec: 10 });
+    expect(merged.rates[1]).toEqual({ from: 1, to: 2, activationsPerSec: 0, gradientsPerSec: 1, bytesPerSec: 30 });
+    expect(merged.totals).toEqual({ transfers: 20, bytes: 400, uncompressedBytes: 2000 });
+    expect(merged.relayed).toEqual({ frameBytes: 4, signalBytes: 6 });
   });
 });

@@ -223,6 +223,19 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
     });
     expect(nobody.error?.code).toBe('UNKNOWN_PEER');
 
+    // The dashboard of either process shows every miner's own report, whichever process the miner is connected to.
+    const say = (m: SimMiner, phase: string, microbatches: number) => m.socket.emitWithAck('heartbeat', { v: PROTOCOL_VERSION, seq: 1_000_000 + microbatches, status: { phase, tokensPerSec: 10, microbatches } });
+    expect(await say(onA, 'training', 7)).toEqual({ ok: true });
+    expect(await say(onB, 'merging', 9)).toEqual({ ok: true });
+    type Swarm = { stages: Array<{ miners: Array<{ id: string; state: string; microbatches?: number }> }> };
+    const swarmOf = async (url: string): Promise<Swarm> => ((await (await fetch(`${url}/api/dashboard`)).json()) as { swarm: Swarm }).swarm;
+    const shown = (s: Swarm, id: string) => s.stages.flatMap((st) => st.miners).find((x) => x.id === id);
+    for (const url of [a.url, b.url]) {
+      const s = await swarmOf(url);
+      expect(shown(s, onA.minerId)).toMatchObject({ state: 'training', microbatches: 7 });
+      expect(shown(s, onB.minerId)).toMatchObject({ state: 'merging', microbatches: 9 });
+    }
+
     // The load balancer in front of both (scripts/haproxy.sh): once its health checks have both processes in
     // service, a connection goes to the one with fewer through it, so of two miners that connect through it one is on each.
     const lbUrl = await balancer(port + 5, [port + 2, port + 3], balancers);
@@ -392,8 +405,20 @@ ${b.output().slice(-4000)}`);
     await until('coordinator C', () => status(c.url), 60_000).catch((e: Error) => {
       throw new Error(`${e.message}\n${c.output()}`);
     });
-    const lone = await joined(c.url);
     const b = `http://127.0.0.1:${port + 3}`;
+    // Socket budgets are counted in Redis, for every process: a miner's budget of TURN credential requests
+    // (ice, 20 a minute) spent on C is spent on B as well, not granted again by each process it connects to.
+    const ice = (m: SimMiner): Promise<{ ok: boolean; error?: { code: string; retryAfterMs?: number } }> => m.socket.emitWithAck('ice', { v: PROTOCOL_VERSION });
+    const spender = await simMiner(c.url);
+    for (let i = 0; i < 20; i++) expect((await ice(spender)).ok).toBe(true);
+    expect((await ice(spender)).error?.code).toBe('RATE_LIMITED');
+    spender.close();
+    const elsewhere = await simMiner(b, spender.identity);
+    const refused = await ice(elsewhere);
+    expect(refused.error?.code).toBe('RATE_LIMITED');
+    expect(refused.error?.retryAfterMs).toBeGreaterThan(0);
+    elsewhere.close();
+    const lone = await joined(c.url);
     await until('B to count the miner on C', async () => (await status(b))?.activeMiners === 7, 20_000);
     c.child.kill('SIGKILL');
     // Its heartbeats stop reaching the database; B's sweep drops it (silent 15 s, plus twice the writes' period).

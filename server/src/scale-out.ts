@@ -5,7 +5,6 @@ import type { Server } from 'socket.io';
 import { ProtocolError, type ClientMessage, type ProtocolErrorCode, type StageDelta } from '@train-at-home/protocol';
 import type { Coordinator, MinerAction } from './coordinator';
 import { LIVENESS_FLUSH_MS } from './liveness';
-import { rebalanceStages } from './socket/registration';
 import { ProbeError } from './validator/spot-checks';
 
 /**
@@ -166,6 +165,9 @@ const PHASE_CALL = 'tah:phase-call';
 const VERIFIED = 'tah:verified';
 const PHASES = 'tah:phases';
 const PROBE = 'tah:probe';
+const LIVE = 'tah:live';
+/** How long a dashboard's snapshot waits for the other processes' live figures before it goes on without them. */
+export const LIVE_WAIT_MS = 1500;
 
 type PhaseCall = { kind: 'ready'; minerId: string; msg: ClientMessage<'merge-ready'>; arrived: string } | { kind: 'merged'; minerId: string; msg: ClientMessage<'merged'>; arrived: string };
 type PhaseAnswer = { ok: true } | { ok: false; code: ProtocolErrorCode; message: string };
@@ -204,6 +206,10 @@ export class ScaleOut {
     });
     io.on(PHASES, (status: unknown) => {
       if (!lease.held) c.phases.mirror(status);
+    });
+    // The dashboard's live figures of this process's miners, for a viewer connected to another process.
+    io.on(LIVE, (ack: unknown) => {
+      if (typeof ack === 'function') ack(c.live.summary(c.relayed));
     });
     io.on(PROBE, (p: { probeId: string; minerId: string; bytes: Uint8Array }, ack: unknown) => {
       if (typeof ack !== 'function') return;
@@ -291,6 +297,21 @@ export class ScaleOut {
     );
   }
 
+  /**
+   * Every other process's live figures (LiveState.summary), as answered within LIVE_WAIT_MS: a process slow to
+   * answer is left out of this snapshot rather than hold the dashboard (the adapter itself waits 5 s).
+   */
+  othersLive(): Promise<unknown[]> {
+    if (this.closed) return Promise.resolve([]);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve([]), LIVE_WAIT_MS);
+      this.io.serverSideEmit(LIVE, (_err: Error | null, answers: unknown[]) => {
+        clearTimeout(timer);
+        resolve(Array.isArray(answers) ? answers : []);
+      });
+    });
+  }
+
   /** Whether a miner of this run is active (connected to some process). */
   async isActive(id: string): Promise<boolean> {
     const [row] = await this.c.db.query(`SELECT 1 FROM miners WHERE id = $1 AND run_id = $2 AND status = 'active'`, [id, this.c.runId]);
@@ -336,6 +357,6 @@ export class ScaleOut {
     this.c.log.warn({ miners: gone.length }, 'dropped miners whose coordinator process stopped');
     // One still connected somewhere (its process's writes stalled) is disconnected, and registers again.
     for (const { id } of gone) this.c.toMiner({ id, kind: 'disconnect' });
-    await rebalanceStages(this.c);
+    await this.c.rebalanceStages();
   }
 }

@@ -11,6 +11,9 @@ export interface MinerReport {
   at: number;
 }
 
+/** A miner's report older than this is not shown as its state (it may have stalled). */
+export const REPORT_FRESH_MS = 10_000;
+
 /** Seconds of history the rates are taken over. */
 export const RATE_WINDOW_S = 10;
 
@@ -90,4 +93,56 @@ export class LiveState {
       bytesPerSec: b.bytes.perSecond(nowMs),
     }));
   }
+
+  /** What the dashboard shows of this process's part: the miners' fresh reports, the rates, the totals (and what its relay carried). */
+  summary(relayed: LiveSummary['relayed'], nowMs = Date.now()): LiveSummary {
+    return {
+      miners: [...this.miners].filter(([, r]) => nowMs - r.at <= REPORT_FRESH_MS),
+      rates: this.rates(nowMs),
+      totals: { ...this.totals },
+      relayed: { ...relayed },
+    };
+  }
+}
+
+/** One process's live figures (LiveState.summary): in scale-out mode each process asks the others for theirs. */
+export interface LiveSummary {
+  miners: Array<[string, MinerReport]>;
+  rates: ReturnType<LiveState['rates']>;
+  totals: LiveState['totals'];
+  relayed: { frameBytes: number; signalBytes: number };
+}
+
+const num = (x: unknown): number => (typeof x === 'number' && Number.isFinite(x) && x >= 0 ? x : 0);
+
+/**
+ * The run's live figures from every process's part: each miner's newest report (a miner is connected to one
+ * process, or was, a moment ago, to another), the rates and totals summed. A part that is not a summary (another
+ * version of the coordinator) counts for nothing.
+ */
+export function mergeLive(parts: unknown[]): LiveSummary {
+  const out: LiveSummary = { miners: [], rates: [], totals: { transfers: 0, bytes: 0, uncompressedBytes: 0 }, relayed: { frameBytes: 0, signalBytes: 0 } };
+  const miners = new Map<string, MinerReport>();
+  for (const part of parts) {
+    const p = part as Partial<LiveSummary> | null;
+    if (!p || !Array.isArray(p.miners) || !Array.isArray(p.rates) || typeof p.totals !== 'object' || typeof p.relayed !== 'object') continue;
+    for (const entry of p.miners) {
+      if (!Array.isArray(entry) || typeof entry[0] !== 'string' || typeof entry[1]?.at !== 'number') continue;
+      const [id, r] = entry as [string, MinerReport];
+      if ((miners.get(id)?.at ?? -Infinity) < r.at) miners.set(id, r);
+    }
+    p.rates.forEach((r, i) => {
+      const into = (out.rates[i] ??= { from: i, to: i + 1, activationsPerSec: 0, gradientsPerSec: 0, bytesPerSec: 0 });
+      into.activationsPerSec += num(r?.activationsPerSec);
+      into.gradientsPerSec += num(r?.gradientsPerSec);
+      into.bytesPerSec += num(r?.bytesPerSec);
+    });
+    out.totals.transfers += num(p.totals?.transfers);
+    out.totals.bytes += num(p.totals?.bytes);
+    out.totals.uncompressedBytes += num(p.totals?.uncompressedBytes);
+    out.relayed.frameBytes += num(p.relayed?.frameBytes);
+    out.relayed.signalBytes += num(p.relayed?.signalBytes);
+  }
+  out.miners = [...miners];
+  return out;
 }

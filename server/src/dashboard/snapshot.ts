@@ -1,21 +1,22 @@
 import { DASHBOARD_BOUNDS as B, sane, type DashboardPoint, type DashboardSample, type DashboardSwarm } from '@train-at-home/protocol';
 import type { Coordinator } from '../coordinator';
+import { REPORT_FRESH_MS } from './live';
 
-/** A miner's report older than this is not shown as its state (it may have stalled). */
-export const REPORT_FRESH_MS = 10_000;
 /** Merge rounds the dashboard lists. */
 export const RECENT_MERGES = 12;
 
 /** The swarm as a dashboard viewer sees it now: stages and miners with their state, transfer rates, bytes, recent merges. */
 export async function swarmSnapshot(c: Coordinator, nowMs = Date.now()): Promise<DashboardSwarm> {
-  const map = await c.stageMap();
+  // The live figures of every process (scale-out), or this one's.
+  const [map, live] = await Promise.all([c.stageMap(), c.liveSummary(nowMs)]);
+  const reports = new Map(live.miners);
   const phases = c.phases.status();
   const stages = map.map(({ stage, miners }) => ({
     stage,
     phase: phases[stage]?.phase ?? 'training',
     round: phases[stage]?.round ?? 0,
     miners: miners.map((m) => {
-      const r = c.live.miners.get(m.id);
+      const r = reports.get(m.id);
       const fresh = r && nowMs - r.at <= REPORT_FRESH_MS;
       return {
         id: m.id,
@@ -32,10 +33,10 @@ export async function swarmSnapshot(c: Coordinator, nowMs = Date.now()): Promise
     `SELECT stage, epoch AS round, mode, participants, started_at, ended_at FROM epochs WHERE run_id = $1 ORDER BY started_at DESC LIMIT $2`,
     [c.runId, RECENT_MERGES],
   );
-  const { bytes, uncompressedBytes } = c.live.totals;
+  const { bytes, uncompressedBytes } = live.totals;
   return {
     stages,
-    boundaries: c.live.rates(nowMs).map((r) => ({
+    boundaries: live.rates.map((r) => ({
       ...r,
       activationsPerSec: sane(r.activationsPerSec, B.perSec) ?? 0,
       gradientsPerSec: sane(r.gradientsPerSec, B.perSec) ?? 0,
@@ -45,8 +46,8 @@ export async function swarmSnapshot(c: Coordinator, nowMs = Date.now()): Promise
       bytes,
       uncompressedBytes,
       savedBytes: Math.max(0, uncompressedBytes - bytes),
-      relayedBytes: c.relayed.frameBytes,
-      signalBytes: c.relayed.signalBytes,
+      relayedBytes: live.relayed.frameBytes,
+      signalBytes: live.relayed.signalBytes,
     },
     merges: rounds.map((r) => {
       const started = new Date(r.started_at).getTime();

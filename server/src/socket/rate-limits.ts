@@ -1,4 +1,5 @@
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import type { Redis } from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 
 /** A budget: at most `max` messages per `perMs`, counted per connection and, once registered, per miner. */
 export interface SocketRate {
@@ -36,20 +37,26 @@ export const DEFAULT_SOCKET_RATES: SocketRates = {
  * Rate limits on socket events, per connection and per miner (a miner with
  * several connections shares one budget), kept by rate-limiter-flexible. A
  * message over budget is refused by name (RATE_LIMITED) with the time to wait,
- * before it is parsed, and changes nothing.
+ * before it is parsed, and changes nothing. In scale-out mode the counters are
+ * in Redis, shared by every process (`shared`): a miner connected to two
+ * processes, or coming back on another, has one budget, not one per process.
+ * Should Redis be unreachable, each process counts on its own meanwhile (the
+ * limiter's insurance) rather than refuse or let everything through.
  */
 export class SocketRateLimits {
-  private readonly limiters: Record<RatedEvent, RateLimiterMemory>;
+  private readonly limiters: Record<RatedEvent, RateLimiterMemory | RateLimiterRedis>;
 
-  constructor(rates: Partial<SocketRates> = {}) {
+  constructor(rates: Partial<SocketRates> = {}, shared?: { redis: Redis; prefix: string }) {
     const all = { ...DEFAULT_SOCKET_RATES, ...rates };
     this.limiters = Object.fromEntries(
       Object.entries(all).map(([event, r]) => {
         if (!Number.isSafeInteger(r.max) || r.max < 1 || !Number.isSafeInteger(r.perMs) || r.perMs < 1) throw new RangeError(`socket rate for ${event} needs positive integers max and perMs`);
         // rate-limiter-flexible counts in whole seconds of window.
-        return [event, new RateLimiterMemory({ keyPrefix: event, points: r.max, duration: Math.max(1, Math.round(r.perMs / 1000)) })];
+        const budget = { keyPrefix: event, points: r.max, duration: Math.max(1, Math.round(r.perMs / 1000)) };
+        const own = new RateLimiterMemory(budget);
+        return [event, shared ? new RateLimiterRedis({ ...budget, keyPrefix: `${shared.prefix}${event}`, storeClient: shared.redis, insuranceLimiter: own }) : own];
       }),
-    ) as Record<RatedEvent, RateLimiterMemory>;
+    ) as Record<RatedEvent, RateLimiterMemory | RateLimiterRedis>;
   }
 
   static kind(event: string): RatedEvent {

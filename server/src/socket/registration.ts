@@ -2,7 +2,7 @@ import { FrameError, PROTOCOL_VERSION, ProtocolError, decodeChunk, newChallenge,
 import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
 import { encodeAddress } from '@polkadot/util-crypto';
 import type { Server, Socket } from 'socket.io';
-import { rebalance, stageForNewcomer, type StageLoad, type StageMember } from '../assignment';
+import { stageForNewcomer, type StageLoad } from '../assignment';
 import { ANNOUNCE_WAIT_MS } from '../activations';
 import { arrivalTime } from '../clock';
 import type { Coordinator } from '../coordinator';
@@ -29,7 +29,7 @@ const TIMING_REFUSALS = new Set(['OUT_OF_PHASE', 'REPLAYED', 'UNKNOWN_PEER', 'UN
 
 /**
  * What a connection keeps in `socket.data`: the stage of its registered miner,
- * set where the stage is assigned (registration, rebalanceStages), so the
+ * set where the stage is assigned (registration, Coordinator.rebalanceStages), so the
  * events a miner sends most (receipts, losses) need no query to learn it.
  */
 export interface MinerSocketData {
@@ -121,7 +121,7 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
         // held, where its weights, its peers and its audited rounds are. Moved to the least-staffed stage instead,
         // miners coming back one by one after a restart were shuffled across stages, and a cheater reconnecting
         // under load landed on a stage where its cheat could not act. A stage left empty is refilled by
-        // rebalanceStages, as after any departure.
+        // Coordinator.rebalanceStages, as after any departure.
         const [previous] = await tx.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, coordinator.runId]);
         if (previous?.status === 'flagged') throw new ProtocolError('FLAGGED', 'the validator flagged this miner; see /api/miners/<id>/score for why');
         const assigned =
@@ -310,20 +310,4 @@ export function attachRegistration(io: Server, coordinator: Coordinator, limits 
       }
     });
   });
-}
-
-/** Moves miners so no stage stays empty; tells each moved miner its new stage. */
-export async function rebalanceStages(coordinator: Coordinator): Promise<void> {
-  // Most departures leave every stage held: counted in the database (one row per stage), not read miner by miner.
-  const held = await coordinator.db.query<{ n: number }>(`SELECT count(DISTINCT stage)::int AS n FROM miners WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
-  if ((held[0]?.n ?? 0) >= coordinator.run.stages) return void (await coordinator.publishStageMap());
-  const members = await coordinator.db.query<StageMember>(
-    `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active'`,
-    [coordinator.runId],
-  );
-  for (const move of rebalance(coordinator.run.stages, members)) {
-    await coordinator.db.query('UPDATE miners SET stage = $1, stage_since = now() WHERE id = $2', [move.to, move.id]);
-    coordinator.toMiner({ id: move.id, kind: 'moved', from: move.from, to: move.to, reason: `stage ${move.to} had no miner` });
-  }
-  await coordinator.publishStageMap();
 }

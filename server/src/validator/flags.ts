@@ -1,5 +1,4 @@
 import type { Coordinator } from '../coordinator';
-import { rebalanceStages } from '../socket/registration';
 
 /** Every reason a miner can be flagged for; the same names in the database, the API and the miner's page. */
 export type FlagKind =
@@ -42,7 +41,7 @@ export class Flags {
     if (!fresh) return false;
     c.log.warn({ minerId, kind, reason }, 'miner flagged');
     c.toMiner({ id: minerId, kind: 'flagged', flag: kind, reason });
-    await rebalanceStages(c);
+    await c.rebalanceStages();
     return true;
   }
 

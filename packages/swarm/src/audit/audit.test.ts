@@ -251,14 +251,20 @@ describe('whole-round audits', () => {
     r.close(3, 'e'.repeat(64), new Uint8Array([4]));
     expect(r.find(3)).toMatchObject({ anchorRound: 2, anchorHash: 'd'.repeat(64), ops: [{ activationId: 'three' }] });
     expect([1, 2, 3].map((n) => r.find(n)?.round)).toEqual([1, 2, 3]);
-    // A merge-ready the coordinator refused committed nothing: round 4's work goes on into the next commitment's record.
+    // A merge-ready refused, or whose answer never came: round 4's work goes on into the next commitment's record.
+    // Round 4's own record is kept too: an unanswered merge-ready may have been stored, and its audit is answered from it.
     r.add(op('four'));
     r.close(4, 'f'.repeat(64), new Uint8Array([5]));
-    r.reopen(4);
-    expect(r.find(4)).toBeUndefined();
+    expect(r.reopen(4)).toBe(true);
+    expect(r.reopen(4)).toBe(false); // once
     r.add(op('five'));
+    expect(r.find(4)).toMatchObject({ anchorRound: 3, ops: [{ activationId: 'four' }] });
     r.close(5, '0'.repeat(64), new Uint8Array([6]));
     expect(r.find(5)).toMatchObject({ anchorRound: 3, anchorHash: 'e'.repeat(64), ops: [{ activationId: 'four' }, { activationId: 'five' }] });
+    expect(r.find(4)!.ops.map((o) => o.activationId)).toEqual(['four']);
+    // A reopen comes too late once the next round has work.
+    r.add(op('six'));
+    expect(r.reopen(5)).toBe(false);
   });
 
   it('replays a round computed on another backend within that backend\'s measured tolerance, and still catches 1% noise, a lazy learner and an end state other than the one committed', async () => {

@@ -271,15 +271,17 @@ export class RoundRecorder {
   }
 
   /**
-   * The coordinator did not take that `merge-ready` (nothing was committed): the round goes on as if it had not
-   * been closed, from the anchor it began with, so its next commitment ends it. Not once the next round has work.
+   * The coordinator did not take that `merge-ready`, or its answer never came: the round goes on as if it had not
+   * been closed, from the anchor it began with, so its next commitment ends it and its work is in a record an audit
+   * can draw. Not once the next round has work. The closed record is kept as well: a `merge-ready` whose answer was
+   * lost may have been stored all the same (a coordinator stalled past the miner's wait), and an audit of that
+   * round is then answered from it rather than failed unanswered.
    */
   reopen(round: number): boolean {
     const last = this.finished[this.finished.length - 1];
     if (!last || last.round !== round || !this.current || this.current.anchorRound !== round || this.current.ops.length > 0) return false;
-    this.finished.pop();
     const { end: _uncommitted, ...reopened } = last;
-    this.current = { ...reopened, round: 0 };
+    this.current = { ...reopened, ops: [...last.ops], round: 0 };
     this.currentOptimizerHash = undefined;
     this.serial = this.closedSerial;
     return true;
