@@ -284,7 +284,7 @@ describe('scale-out: two coordinator processes, one PostgreSQL, Redis', () => {
 
   it(
     'trains one run with miners on both, past merges; SIGKILL the process running the phases mid-run: its miners come back through the balancer within 15 s, the other takes the phases over, training goes on, and every report a miner was told is stored is',
-    { timeout: 420_000 },
+    { timeout: 600_000 },
     async () => {
       const run = 'scale-out-train';
       // Emission epochs of 20 s, settled 5 s after they end, none held: the run settles epochs on both sides of the kill.
@@ -361,9 +361,14 @@ ${a.output().slice(-4000)}`);
         expect(lossesAfter).toBeGreaterThan(lossesBefore);
         // B goes on settling where A stopped: every epoch from the first settled once, in order, none skipped and
         // none settled again, each paying out exactly what it allocated, never more than its emission.
-        await until('B to settle an epoch', async () => (await settled()).some((s) => s.at.getTime() > killedAt), 120_000).catch((e: Error) => {
-          throw new Error(`${e.message}
-${b.output().slice(-4000)}`);
+        // An epoch waits for the audits of its rounds, and for rounds begun in it to be drawn, at most holdMs past its
+        // due time (validator/settlement.ts: maxTrainingMs + readyMs + roundMs + auditTimeoutMs, 215 s here): a round A
+        // opened and did not live to close can hold the first epoch B settles that long.
+        const holdMs = 120_000 + 5_000 + 30_000 + 60_000;
+        await until('B to settle an epoch', async () => (await settled()).some((s) => s.at.getTime() > killedAt), 20_000 + 5_000 + holdMs + 60_000).catch(async (e: Error) => {
+          const audits = (await db.query(`SELECT status, count(*)::int AS n FROM audits WHERE run_id = $1 GROUP BY status`, [runId])).rows;
+          const undrawn = (await db.query(`SELECT stage, round, created_at FROM audit_rounds WHERE run_id = $1 AND revealed_at IS NULL ORDER BY created_at`, [runId])).rows;
+          throw new Error(`${e.message}\naudits ${JSON.stringify(audits)}, rounds not drawn ${JSON.stringify(undrawn)}, settled ${JSON.stringify(await settled())}\n${b.output().slice(-4000)}`);
         });
         const epochs = await settled();
         expect(epochs.map((s) => s.epoch)).toEqual(epochs.map((_, i) => i));
