@@ -4,7 +4,7 @@ import { initNodeBackend } from '@train-at-home/model/node';
 import { payloadHashHex, type AssembledMessage, type FrameHeader } from '@train-at-home/protocol';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Mesh } from '../mesh';
-import { PipelineWorker, type Misbehaviour } from '../pipeline';
+import { PipelineWorker, type Misbehaviour, type PipelineWorkerOptions } from '../pipeline';
 import { MAX_RECORD_BYTES, RoundRecorder, decodeRecord, encodeRecord, RecordError, recordFloorBytes } from './record';
 import { OuterOptimizer } from '../allreduce/outer';
 import { roundPartitionMap } from '../allreduce/butterfly';
@@ -63,13 +63,10 @@ interface Round {
   commitments: Array<{ weights: string; state: string }>;
 }
 
-/** Runs `microbatches` through a fresh pipeline, with a cheat at one stage, and closes the round as a merge would. */
-async function runRound(microbatches: number, cheat?: { stage: number; misbehave?: Misbehaviour; foreignTokens?: boolean }, keepEnd = false): Promise<Round> {
-  const meshes = memoryMeshes(IDS);
-  const specs = stageSpecs(config, layout);
-  const stages = specs.map((s) => new Stage(s, SEED));
+/** A fresh 3-stage pipeline of `tiny` over `meshes`: each worker's ops go to its stage's recorder, the last stage's losses to `losses`. */
+function pipeline(meshes: Map<string, Mesh>, options: (k: number) => Partial<PipelineWorkerOptions>) {
+  const stages = stageSpecs(config, layout).map((s) => new Stage(s, SEED));
   const recorders = IDS.map((id, k) => new RoundRecorder(1, id, k));
-  const reported: Array<ConfirmedTransfer & { by: string }> = [];
   const losses = new Map<string, number>();
   const workers = IDS.map(
     (id, k) =>
@@ -82,11 +79,20 @@ async function runRound(microbatches: number, cheat?: { stage: number; misbehave
         epoch: () => 0,
         ...training,
         onOp: (op) => recorders[k]!.add(op),
-        onTransfer: (t) => reported.push({ ...t, by: id }),
         onLoss: (r) => losses.set(r.activationId, r.loss),
-        ...(cheat?.stage === k && cheat.misbehave ? { misbehave: cheat.misbehave } : {}),
+        ...options(k),
       }),
   );
+  return { stages, recorders, losses, workers };
+}
+
+/** Runs `microbatches` through a fresh pipeline, with a cheat at one stage, and closes the round as a merge would. */
+async function runRound(microbatches: number, cheat?: { stage: number; misbehave?: Misbehaviour; foreignTokens?: boolean }, keepEnd = false): Promise<Round> {
+  const reported: Array<ConfirmedTransfer & { by: string }> = [];
+  const { stages, recorders, losses, workers } = pipeline(memoryMeshes(IDS), (k) => ({
+    onTransfer: (t) => reported.push({ ...t, by: IDS[k]! }),
+    ...(cheat?.stage === k && cheat.misbehave ? { misbehave: cheat.misbehave } : {}),
+  }));
   for (let k = 0; k < 3; k++) {
     const weights = await exportStageWeights(stages[k]!);
     recorders[k]!.start(0, contentHash(weights), await workers[k]!.compute.exportState(), weights);
@@ -336,27 +342,12 @@ describe('whole-round audits', () => {
         return send(to, header, payload);
       }) as Mesh['send'];
       const specs = stageSpecs(config, layout);
-      const stages = specs.map((s) => new Stage(s, SEED));
-      const recorders = IDS.map((id, k) => new RoundRecorder(1, id, k));
       let closed = 0;
       const reported: Array<ConfirmedTransfer & { by: string; round: number }> = [];
-      const losses = new Map<string, number>();
-      const workers = IDS.map(
-        (id, k) =>
-          new PipelineWorker({
-            selfId: id,
-            stage: stages[k]!,
-            runId: 1,
-            mesh: meshes.get(id)!,
-            nextPeers: () => (IDS[k + 1] ? [IDS[k + 1]!] : []),
-            epoch: () => 0,
-            ...training,
-            onOp: (op) => recorders[k]!.add(op),
-            ...(followRecords ? { round: () => recorders[k]!.serial } : {}),
-            onTransfer: (t) => reported.push({ ...t, by: id, round: closed + 1 }),
-            onLoss: (r) => losses.set(r.activationId, r.loss),
-          }),
-      );
+      const { stages, recorders, losses, workers } = pipeline(meshes, (k) => ({
+        ...(followRecords ? { round: () => recorders[k]!.serial } : {}),
+        onTransfer: (t) => reported.push({ ...t, by: IDS[k]!, round: closed + 1 }),
+      }));
       const states: Array<Array<{ weights: Uint8Array; state: Uint8Array }>> = [[], [], []];
       for (let k = 0; k < 3; k++) {
         const weights = await exportStageWeights(stages[k]!);
