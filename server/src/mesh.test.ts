@@ -270,7 +270,7 @@ describe('relay fallback', () => {
     const chunk = (n: number): Uint8Array => encodeFrames({ kind: 'activation', runId: 1, epoch: 0, activationId: bytes(16, n), pathway: [] }, bytes(200_000, n))[0]!;
     let sent = 0;
     let refusal: unknown;
-    // 3 MB per minute: the 16th chunk of 200 KB is over (unless the minute turns meanwhile, which starts it afresh).
+    // 3 MB per minute, the minute starting at a's first relayed chunk: the 16th chunk of 200 KB is over.
     for (let i = 0; i < 40 && !refusal; i++) {
       const c = chunk(i);
       try {

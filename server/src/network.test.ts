@@ -38,10 +38,13 @@ describe('network settings (STUN, TURN, the relay)', () => {
 
   it('counts relayed bytes per miner per minute', () => {
     const b = new RelayBudget(1000);
-    expect(b.take('a', 600, 60_000)).toBeUndefined();
-    expect(b.take('a', 600, 90_000)).toBe(30_000);
-    expect(b.take('b', 600, 90_000)).toBeUndefined();
-    expect(b.take('a', 600, 120_000)).toBeUndefined(); // a new minute
+    expect(b.take('a', 600, 100_000)).toBeUndefined();
+    expect(b.take('a', 600, 110_000)).toBe(50_000);
+    expect(b.take('b', 600, 110_000)).toBeUndefined();
+    // The clock's minute turning (at 120 s) starts nothing afresh: a's minute began at 100 s.
+    expect(b.take('a', 300, 119_999)).toBeUndefined();
+    expect(b.take('a', 200, 120_001)).toBe(39_999);
+    expect(b.take('a', 1000, 160_000)).toBeUndefined(); // a's next minute
   });
 });
 

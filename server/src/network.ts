@@ -70,24 +70,32 @@ export function iceFor(settings: NetworkSettings, minerId: string, nowMs = Date.
   return { iceServers, expiresAt, relay: settings.relay.enabled };
 }
 
-/** Each miner's relayed bytes in the current minute; a chunk that would pass the cap is refused (RELAY_CAP) with the time to wait. */
+/**
+ * Each miner's relayed bytes in its current minute; a chunk that would pass the
+ * cap is refused (RELAY_CAP) with the time to wait. A miner's minute starts at
+ * its first relayed chunk (not on the clock's minute), so a burst can never
+ * straddle a minute boundary and carry twice the cap in a few seconds.
+ */
 export class RelayBudget {
-  /** Bytes per miner in `minute` (a new minute starts every count afresh, so the map holds one minute's relaying miners). */
-  private used = new Map<string, number>();
-  private minute = 0;
+  private readonly used = new Map<string, { since: number; bytes: number }>();
+  private sweptAt = 0;
 
   constructor(private readonly bytesPerMinute: number) {}
 
   /** Counts the bytes and returns undefined, or returns the milliseconds until the miner may relay again. */
   take(minerId: string, bytes: number, nowMs = Date.now()): number | undefined {
-    const minute = Math.floor(nowMs / 60_000);
-    if (minute !== this.minute) {
-      this.minute = minute;
-      this.used = new Map();
+    if (nowMs - this.sweptAt >= 60_000) {
+      // Forget minutes that are over, so the map holds only miners relaying now.
+      for (const [id, w] of this.used) if (nowMs - w.since >= 60_000) this.used.delete(id);
+      this.sweptAt = nowMs;
     }
-    const used = this.used.get(minerId) ?? 0;
-    if (used + bytes > this.bytesPerMinute) return (minute + 1) * 60_000 - nowMs;
-    this.used.set(minerId, used + bytes);
+    let w = this.used.get(minerId);
+    if (!w || nowMs - w.since >= 60_000) {
+      w = { since: nowMs, bytes: 0 };
+      this.used.set(minerId, w);
+    }
+    if (w.bytes + bytes > this.bytesPerMinute) return Math.max(1, w.since + 60_000 - nowMs);
+    w.bytes += bytes;
     return undefined;
   }
 }
