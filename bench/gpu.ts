@@ -40,6 +40,20 @@ interface StageTiming {
   forwardMs: number;
   backwardMs: number;
   optimizerMs: number;
+  /** The stage's parameters. */
+  parameters: number;
+  /** Achieved model arithmetic: 6 FLOPs per parameter per token (forward 2, backward 4; the backward's recomputed forward and attention's T² terms not counted), in TFLOP/s. */
+  tflops: number;
+}
+
+/** WebGPU calls in one step of a `gpu` middle stage (VJP and optimizer) after warm-up (countGpuWork), with the programs by kind. */
+interface StageCounts {
+  batch: number;
+  dispatches: number;
+  buffersCreated: number;
+  submits: number;
+  passes: number;
+  kernels: Record<string, number>;
 }
 
 /** GPU time per tfjs kernel over one step of the stage (timestamp queries), heaviest first. */
@@ -69,6 +83,7 @@ interface BackendResult {
   /** Measurements that failed, with why. */
   failures?: string[];
   profile?: StageProfile[];
+  gpuStageCounts?: StageCounts;
 }
 
 interface StageProfile {
@@ -132,11 +147,45 @@ async function gpuStage(steps: number, batch = BATCH): Promise<StageTiming> {
     }
   }
   tf.dispose([x, g]);
+  const parameters = Object.values(stage.params).reduce((n, p) => n + p.size, 0);
   stage.dispose();
   adam.dispose();
   // A pipeline stage's step is its VJP (which recomputes the forward) and its optimizer step.
   const stepMs = (t.backward + t.optimizer) / steps;
-  return { tokensPerSec: (rows / stepMs) * 1000, forwardMs: t.forward / steps, backwardMs: t.backward / steps, optimizerMs: t.optimizer / steps };
+  const tokensPerSec = (rows / stepMs) * 1000;
+  return { tokensPerSec, forwardMs: t.forward / steps, backwardMs: t.backward / steps, optimizerMs: t.optimizer / steps, parameters, tflops: +((6 * parameters * tokensPerSec) / 1e12).toFixed(3) };
+}
+
+/** The WebGPU calls of one step of a `gpu` middle stage after a warm-up step: what bounds it on a fast GPU. */
+async function gpuStageCounts(batch = BATCH): Promise<StageCounts> {
+  const { countGpuWork } = await import('@train-at-home/model/webgpu');
+  const config = PRESETS.gpu;
+  const spec = stageSpecs(config, LAYOUTS.gpu)[1]!;
+  const stage = new Stage(spec, 1);
+  const adam = new AdamW(stage.params, stage.specs);
+  const rows = batch * config.contextLength;
+  const x = tf.randomNormal([rows, spec.inputWidth]) as tf.Tensor2D;
+  const g = tf.randomNormal([rows, spec.outputWidth]).mul(1e-3) as tf.Tensor2D;
+  const input = { batch, time: config.contextLength, x };
+  const step = async () => {
+    const r = await stage.backwardAsync(input, g);
+    await r.inputGrad!.data();
+    adam.applyClipped(r.grads, 1e-4, 1).dispose();
+    await stage.params[stage.names[0]!]!.data();
+    r.inputGrad!.dispose();
+  };
+  await step();
+  const counter = countGpuWork();
+  try {
+    await step();
+    const c = counter.read();
+    return { batch, dispatches: c.dispatches, buffersCreated: c.buffersCreated, submits: c.submits, passes: c.passes, kernels: counter.kernels() };
+  } finally {
+    counter.uninstall();
+    tf.dispose([x, g]);
+    stage.dispose();
+    adam.dispose();
+  }
 }
 
 /**
@@ -274,6 +323,7 @@ if (values.backend) {
     if (asked === 'wasm') await attempt('gpu stage, batch 1', async () => void ((result.gpuStageByBatch ??= {})[1] = await gpuStage(gpuSteps, 1)));
     await attempt('gpu stage', async () => void (result.gpuStage = await gpuStage(gpuSteps)));
     if (asked === 'webgpu') {
+      await attempt('gpu stage counts', async () => void (result.gpuStageCounts = await gpuStageCounts()));
       // The Node adapter submits command buffers every 128 dispatches (initNodeBackend); tfjs's default is 15.
       await attempt('gpu stage, submit every 15', async () => {
         const was = tf.env().get('WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE');
@@ -324,6 +374,11 @@ const presets = ['small', 'gpu'] as const;
 const tokensPerSec = Object.fromEntries(presets.map((p) => [p, Object.fromEntries(results.filter((r) => r.tokensPerSec?.[p] !== undefined).map((r) => [r.backend, Math.round(r.tokensPerSec![p]!)]))]));
 const webgpu = by('webgpu');
 const wasm = by('wasm');
+/** One `gpu` stage on WebGPU at the microbatch that went fastest. */
+const bestStage = [
+  ...(webgpu?.gpuStage ? [{ batch: BATCH, ...webgpu.gpuStage }] : []),
+  ...Object.entries(webgpu?.gpuStageByBatch ?? {}).map(([b, t]) => ({ batch: Number(b), ...t })),
+].sort((a, b) => b.tokensPerSec - a.tokensPerSec)[0];
 finish('gpu', {
   device: webgpu?.adapter ?? `no WebGPU adapter here (${webgpu?.error ?? 'not run'})`,
   tokensPerSec,
@@ -342,7 +397,9 @@ finish('gpu', {
   failures: Object.fromEntries(results.filter((r) => r.failures).map((r) => [r.backend, r.failures])),
   webgpuOverWasm: webgpu?.tokensPerSec?.small && wasm?.tokensPerSec?.small ? { small: +(webgpu.tokensPerSec.small / wasm.tokensPerSec.small).toFixed(2) } : null,
   profile: webgpu?.profile ?? null,
-  goals: { webgpuOverWasmSmall: 20, gpuStageTokensPerSec: 10_000 },
+  tflops: bestStage ? { batch: bestStage.batch, tokensPerSec: Math.round(bestStage.tokensPerSec), tflops: bestStage.tflops, parameters: bestStage.parameters } : null,
+  gpuStageCounts: webgpu?.gpuStageCounts ?? null,
+  goals: { webgpuOverWasmSmall: 40, gpuStageTokensPerSec: 50_000, gpuStageTflops: 'about 25% of the card\'s fp32 peak' },
   budget: { batch: BATCH, steps: STEPS, gpuPresetStepsOnWasm: STEPS_GPU_WASM, layouts: LAYOUTS, gpuParameters: countParameters(PRESETS.gpu), note: 'gpu preset on WASM measured over 2 steps only (tens of seconds each on a CPU); the two backends ran side by side, each in its own process' },
   machine: machine(results.map((r) => `${r.backend}${r.error ? ' (unavailable)' : ''}`).join(', ')),
 });
