@@ -71,8 +71,9 @@ export async function initDataDir(dataDir: string): Promise<number | undefined> 
  * dump of an empty database (`dumpDataDir`), kept per PGlite version in the system's temporary folder (written whole,
  * then renamed, so a reader never sees a part), made once by whichever process needs it first.
  */
-async function initialisedInMemory(): Promise<Blob> {
-  const version = (JSON.parse(readFileSync(join(PGLITE_PACKAGE, 'package.json'), 'utf8')) as { version: string }).version;
+async function initialisedInMemory(): Promise<Blob | undefined> {
+  const version = pgliteVersion();
+  if (!version) return undefined; // a bundle (the GPU machine's) carries no package to name the copy by: initdb as before
   const file = join(tmpdir(), `tah-pglite-${version}-initdb.tar`);
   if (existsSync(file)) return new Blob([readFileSync(file)]);
   const db = await PGlite.create();
@@ -86,7 +87,15 @@ async function initialisedInMemory(): Promise<Blob> {
     await db.close();
   }
 }
-const PGLITE_PACKAGE = join(dirname(createRequire(import.meta.url).resolve('@electric-sql/pglite')), '..');
+/** The installed PGlite's version, or undefined where its package cannot be found (bundled by esbuild). */
+function pgliteVersion(): string | undefined {
+  try {
+    const dir = join(dirname(createRequire(import.meta.url).resolve('@electric-sql/pglite')), '..');
+    return (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * bytea through Node's native hex codec. PGlite 0.5 writes a bytea parameter
