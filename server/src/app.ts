@@ -25,8 +25,7 @@ import { defaultRunConfig, type RunOverrides } from './run-config';
 import { networkSettings, type NetworkSettings } from './network';
 import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
-import { LIVENESS_FLUSH_MS } from './liveness';
-import { MIN_SILENT_MS, SILENT_HEARTBEATS } from './operator-settings';
+import { LIVENESS_FLUSH_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './liveness';
 import { Validator } from './validator';
 import { JobLease, ScaleOut, redisAdapter, redisClients } from './scale-out';
 

@@ -10,20 +10,15 @@ import { rebalance, type StageMember } from './assignment';
 import { Flags } from './validator/flags';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
 import { StageMapFeed, stageRoom } from './stage-map';
-import { Liveness } from './liveness';
+import { DEFAULT_HEARTBEAT_MS, Liveness } from './liveness';
 import type { ScaleOut } from './scale-out';
-import { DEFAULT_HEARTBEAT_MS } from './operator-settings';
+import type { MinerAction, MinerChannel, RunContext } from './run-state';
 
-/** What concerns one miner's connection, wherever it is connected (Coordinator.toMiner). */
-export type MinerAction =
-  | { id: string; kind: 'emit'; event: string; payload: unknown }
-  | { id: string; kind: 'moved'; from: number; to: number; reason: string }
-  | { id: string; kind: 'flagged'; flag: string; reason: string }
-  /** Dropped (silent): its connection is closed, and its close changes nothing more. */
-  | { id: string; kind: 'disconnect' };
+export type { MinerAction } from './run-state';
+
 
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
-export class Coordinator {
+export class Coordinator implements RunContext, MinerChannel {
   readonly sockets = new Map<string, Socket>();
   /** Bytes the coordinator carried for miners: signaling, and frames where no direct path exists. */
   readonly relayed = { signalBytes: 0, frameBytes: 0 };

@@ -2,6 +2,11 @@ import type { Database } from './db/database';
 
 /** How often heartbeats' times are written to the database (miners.last_seen_at), in one statement. */
 export const LIVENESS_FLUSH_MS = 5000;
+/** How often miners send a heartbeat unless the operator says otherwise (operator-settings.ts: --heartbeat-ms). */
+export const DEFAULT_HEARTBEAT_MS = 2000;
+/** A miner is dropped after this many heartbeat intervals of silence (at least 15 s). */
+export const SILENT_HEARTBEATS = 7.5;
+export const MIN_SILENT_MS = 15_000;
 
 /**
  * When each registered miner was last heard from. A heartbeat (every 2 s per

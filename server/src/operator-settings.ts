@@ -1,6 +1,7 @@
 import proxyaddr from '@fastify/proxy-addr';
 import type { AppOptions, HttpLimits } from './app';
 import type { IncentiveSettings } from './run-config';
+import { DEFAULT_HEARTBEAT_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './liveness';
 import { DEFAULT_SOCKET_RATES, type RatedEvent, type SocketRate, type SocketRates } from './socket/rate-limits';
 
 /** A setting an operator gave that cannot be used: named, with what it must be. */
@@ -14,11 +15,6 @@ export class SettingError extends Error {
   }
 }
 
-/** How often miners send a heartbeat unless the operator says otherwise. */
-export const DEFAULT_HEARTBEAT_MS = 2000;
-/** A miner is dropped after this many heartbeat intervals of silence (at least 15 s). */
-export const SILENT_HEARTBEATS = 7.5;
-export const MIN_SILENT_MS = 15_000;
 
 /**
  * The limits and timings an operator sets on the command line or in the

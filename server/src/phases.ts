@@ -1,7 +1,13 @@
 import { PROTOCOL_VERSION, ProtocolError, type ClientMessage, type MergeGo } from '@train-at-home/protocol';
 import { partitionMap } from '@train-at-home/swarm/partition';
 import { randomInt } from 'node:crypto';
-import type { Coordinator } from './coordinator';
+import type { MinerChannel, RunContext } from './run-state';
+import type { Flags } from './validator/flags';
+
+/** What the phase machine uses of the run: its state, its miners, and the flags a refused slice raises. */
+export interface PhaseHost extends RunContext, MinerChannel {
+  readonly flags: Pick<Flags, 'raise'>;
+}
 
 interface StageState {
   round: number;
@@ -70,7 +76,7 @@ export class PhaseMachine {
   };
   private mirrored?: Array<{ stage: number; round: number; phase: string }>;
 
-  constructor(private readonly c: Coordinator) {
+  constructor(private readonly c: PhaseHost) {
     this.stages = Array.from({ length: c.run.stages }, () => this.fresh(0));
     this.awaited = Array.from({ length: c.run.stages }, () => undefined);
   }

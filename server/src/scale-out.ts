@@ -3,9 +3,13 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import type { Server } from 'socket.io';
 import { ProtocolError, type ClientMessage, type ProtocolErrorCode, type StageDelta } from '@train-at-home/protocol';
-import type { Coordinator, MinerAction } from './coordinator';
+import type { ActivationRegistry } from './activations';
+import type { LiveState } from './dashboard/live';
 import { LIVENESS_FLUSH_MS } from './liveness';
-import { ProbeError } from './validator/spot-checks';
+import type { PhaseMachine } from './phases';
+import type { MinerAction, RunContext } from './run-state';
+import type { StageMapFeed } from './stage-map';
+import { ProbeError } from './validator/probe-error';
 
 /**
  * Scale-out mode: several coordinator processes serve one run behind a load
@@ -172,6 +176,19 @@ export const LIVE_WAIT_MS = 1500;
 type PhaseCall = { kind: 'ready'; minerId: string; msg: ClientMessage<'merge-ready'>; arrived: string } | { kind: 'merged'; minerId: string; msg: ClientMessage<'merged'>; arrived: string };
 type PhaseAnswer = { ok: true } | { ok: false; code: ProtocolErrorCode; message: string };
 
+/** What scale-out uses of its process's run: the parts it shares with the other processes. */
+export interface ScaleOutHost extends RunContext {
+  readonly phases: PhaseMachine;
+  readonly stageFeed: StageMapFeed;
+  readonly activations: ActivationRegistry;
+  readonly live: LiveState;
+  readonly relayed: { signalBytes: number; frameBytes: number };
+  /** `forwarded`: the action came from another process; it is not passed on again. */
+  toMiner(action: MinerAction, forwarded?: boolean): void;
+  publishStageMap(): Promise<void>;
+  rebalanceStages(): Promise<void>;
+}
+
 /** One coordinator process's part in a scaled-out run (attached as `coordinator.scaleOut`). */
 export class ScaleOut {
   private lastOrphanSweep = 0;
@@ -182,7 +199,7 @@ export class ScaleOut {
 
   constructor(
     private readonly io: Server,
-    private readonly c: Coordinator,
+    private readonly c: ScaleOutHost,
     readonly lease: JobLease,
     /** A miner silent this long in the database (its process died) is dropped by the lease holder. */
     private readonly silentMs: number,

@@ -5,6 +5,9 @@ import { PRESETS, countStageParameters, stageSpecs } from '@train-at-home/model'
 import { randomBytes } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
 import type { ValidatorProcess } from './client';
+import type { AuditJob } from './compute';
+
+export type { AuditJob } from './compute';
 
 export { MAX_RECORD_BYTES };
 
@@ -66,22 +69,6 @@ export class AuditError extends Error {
   }
 }
 
-/** What the validator process gets for one audit (compute.ts: audit). */
-export interface AuditJob {
-  record: Uint8Array;
-  /** The checkpoint the record starts from (absent: the weights the record carries, else the run's initial weights; checked by hash there). */
-  startWeights?: Uint8Array;
-  startStateHash: string | null;
-  endWeightsHash: string;
-  endStateHash: string;
-  transfers: ConfirmedTransfer[];
-  reportedLosses: Array<[string, number]>;
-  merge?: AuditInputs['merge'];
-  /** The miner's backend is not the validator's: its round is replayed within these bounds (REPLAY_TOLERANCE, swarm/audit/replay.ts). */
-  tolerance?: ReplayTolerance;
-  /** Audits the miner had passed in the run when it answered: fewer go first in the validator's queue (PROVEN_AUDITS). */
-  passed?: number;
-}
 
 /**
  * Whole-round audits (the guarantee that a cheat a miner could time does not

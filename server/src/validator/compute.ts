@@ -22,10 +22,26 @@ import {
 } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { compareOutputs, type OutputComparison } from '@train-at-home/incentives';
-import { decodeMicrobatch, decodeRecord, microbatchInputs, replayRound, type AuditVerdict, type RoundRecord } from '@train-at-home/swarm';
-import type { AuditJob } from './audits';
+import { decodeMicrobatch, decodeRecord, microbatchInputs, replayRound, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
 import type { RunConfig } from '../run-config';
 import { judge, type CheckKind } from './thresholds';
+
+/** What the validator process gets for one audit (ValidatorCompute.audit; built by audits.ts). */
+export interface AuditJob {
+  record: Uint8Array;
+  /** The checkpoint the record starts from (absent: the weights the record carries, else the run's initial weights; checked by hash there). */
+  startWeights?: Uint8Array;
+  startStateHash: string | null;
+  endWeightsHash: string;
+  endStateHash: string;
+  transfers: ConfirmedTransfer[];
+  reportedLosses: Array<[string, number]>;
+  merge?: AuditInputs['merge'];
+  /** The miner's backend is not the validator's: its round is replayed within these bounds (REPLAY_TOLERANCE, swarm/audit/replay.ts). */
+  tolerance?: ReplayTolerance;
+  /** Audits the miner had passed in the run when it answered: fewer go first in the validator's queue (PROVEN_AUDITS). */
+  passed?: number;
+}
 
 /** One stage's weights for a replay: the hash-agreed weights of a merge round (absent blob: the run's initial weights). */
 export interface ReplayReference {

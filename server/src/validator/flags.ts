@@ -1,4 +1,11 @@
-import type { Coordinator } from '../coordinator';
+import type { ActivationRegistry } from '../activations';
+import type { MinerChannel, RunContext } from '../run-state';
+
+/** What the flags use of the run: its state, its miners, the microbatches that exist, and re-staffing a stage a flagged miner left. */
+export interface FlagHost extends RunContext, MinerChannel {
+  readonly activations: Pick<ActivationRegistry, 'exists'>;
+  rebalanceStages(): Promise<void>;
+}
 
 /** Every reason a miner can be flagged for; the same names in the database, the API and the miner's page. */
 export type FlagKind =
@@ -26,7 +33,7 @@ export class Flags {
   /** Refused receipts awaiting their recheck, by transfer: who confirmed it. */
   private readonly refused = new Map<string, Set<string>>();
 
-  constructor(private readonly c: Coordinator) {}
+  constructor(private readonly c: FlagHost) {}
 
   /** Records a flag once per miner and kind; returns whether it was new. */
   async raise(minerId: string, kind: FlagKind, reason: string, evidence: object): Promise<boolean> {

@@ -1,4 +1,4 @@
-import type { AuditJob } from './audits';
+import type { AuditJob } from './compute';
 import type { ReplayJob } from './compute';
 import type { ScoreJob } from './scoring';
 

@@ -4,7 +4,10 @@ import type { Coordinator } from '../coordinator';
 import type { ReplayJob, ReplayReference, SpotCheckResult } from './compute';
 import { ValidatorError } from './compute';
 import type { ValidatorProcess } from './client';
+import { ProbeError } from './probe-error';
 import { flagKind, gross } from './thresholds';
+
+export { ProbeError };
 
 /** Failed checks of one kind that flag a miner; a gross failure (thresholds.ts: GROSS) flags it at once. */
 export const FLAG_AFTER_FAILURES = 2;
@@ -38,16 +41,6 @@ interface Probe {
   minerId: string;
   hash: string;
   bytes: number;
-}
-
-export class ProbeError extends Error {
-  override name = 'ProbeError';
-  constructor(
-    readonly code: 'NO_SUCH_PROBE' | 'NOT_YOUR_PROBE' | 'HASH_MISMATCH' | 'TOO_LARGE',
-    message: string,
-  ) {
-    super(`${code}: ${message}`);
-  }
 }
 
 /**

@@ -1,0 +1,10 @@
+/** A miner's probe upload refused by name (a 4xx): a probe never sent, another miner's, bytes not the confirmed payload, or too large. */
+export class ProbeError extends Error {
+  override name = 'ProbeError';
+  constructor(
+    readonly code: 'NO_SUCH_PROBE' | 'NOT_YOUR_PROBE' | 'HASH_MISMATCH' | 'TOO_LARGE',
+    message: string,
+  ) {
+    super(`${code}: ${message}`);
+  }
+}
