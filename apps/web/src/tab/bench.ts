@@ -109,3 +109,58 @@ export async function benchStageSteps(o: { options: SyntheticStageOptions; warmu
     stage.dispose();
   }
 }
+
+export interface LossCurveOptions {
+  preset: PresetName;
+  /** The run's layout; the curve is its last stage's (the one with the loss). */
+  layout: { stages: number; bottleneck: number; int8: boolean };
+  batch: number;
+  steps: number;
+  lr: number;
+}
+
+/**
+ * The last stage of a run trained alone on one fixed microbatch (seeded
+ * activations in, seeded targets): its loss after each AdamW step. The same
+ * options give the same curve on the same arithmetic, so two curves on one
+ * backend, with and without our fused programs, say what fusion changes.
+ */
+export async function stageLossCurve(o: LossCurveOptions): Promise<number[]> {
+  const config = PRESETS[o.preset];
+  const spec = stageSpecs(config, o.layout).at(-1)!;
+  const stage = new Stage(spec, 1);
+  const optimizer = new AdamW(stage.params, stage.specs);
+  const rand = mulberry32(11);
+  const T = config.contextLength;
+  const rows = o.batch * T;
+  const activations = Float32Array.from({ length: rows * spec.inputWidth }, () => rand() * 2 - 1);
+  const targets = Int32Array.from({ length: rows }, () => Math.floor(rand() * config.vocabSize));
+  const losses: number[] = [];
+  try {
+    for (let i = 0; i < o.steps; i++) {
+      const x = tf.tensor2d(activations, [rows, spec.inputWidth]);
+      const y = tf.tensor2d(targets, [o.batch, T], 'int32');
+      const result = await stage.backwardAsync({ batch: o.batch, time: T, x, targets: y });
+      optimizer.applyClipped(result.grads, o.lr, 1).dispose();
+      result.inputGrad?.dispose();
+      tf.dispose([x, y]);
+      losses.push(result.loss ?? NaN);
+    }
+    return losses;
+  } finally {
+    stage.dispose();
+    optimizer.dispose();
+  }
+}
+
+export interface FusionCurveResult {
+  backend: string;
+  options: LossCurveOptions;
+  /** tfjs's composite programs (nothing of ours installed). */
+  unfused: number[];
+  /** The same, after the tab's fused programs were checked and installed (kernelCheck). */
+  fused: number[];
+  /** The largest |fused − unfused| over the steps, in nats. */
+  maxAbsDiff: number;
+  kernelCheck?: import('./messages').KernelCheck;
+}

@@ -60,7 +60,8 @@ export type ToTabWorker =
   /** bench/backend-spread: one stage's round on given inputs, on one backend (audit/spread.ts). */
   | { cmd: 'stage-round'; backend: TabBackend; inputs: import('@train-at-home/swarm').StageRoundInputs }
   /** bench:webgpu-dispatch: a stage's microbatches on random inputs, with the GPU calls of each counted (WebGPU). */
-  | { cmd: 'stage-steps'; backend: TabBackend; options: import('@train-at-home/swarm').SyntheticStageOptions; warmup: number; steps: number };
+  | { cmd: 'stage-steps'; backend: TabBackend; options: import('@train-at-home/swarm').SyntheticStageOptions; warmup: number; steps: number }
+  | { cmd: 'fusion-curve'; options: import('./bench').LossCurveOptions };
 
 export type TabStatus = MinerStatus & { backend?: TabBackend; paused: boolean };
 
@@ -78,4 +79,5 @@ export type FromTabWorker =
   | { ev: 'bench'; result?: import('./bench').LocalBenchResult; error?: string }
   | { ev: 'stage-round'; result?: import('@train-at-home/swarm').StageRound; error?: string }
   | { ev: 'stage-steps'; result?: import('./bench').StageStepsResult; error?: string }
+  | { ev: 'fusion-curve'; result?: import('./bench').FusionCurveResult; error?: string }
   | { ev: 'error'; message: string };

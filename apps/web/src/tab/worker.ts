@@ -14,7 +14,7 @@ import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-t
 import { cryptoReady, generateIdentity, type Identity } from '@train-at-home/protocol';
 import { Miner, MeshPort, httpTokenSource, runStageRound, type BoundaryDeviceCodec, type PortLike } from '@train-at-home/swarm';
 import type { FromTabWorker, KernelCheck, ProbeOutcome, TabBackend, ToTabWorker } from './messages';
-import { benchLocalTraining, benchStageSteps } from './bench';
+import { benchLocalTraining, benchStageSteps, stageLossCurve } from './bench';
 import { probeBackends } from './probe';
 
 setWasmPaths({ 'tfjs-backend-wasm.wasm': wasmPlain, 'tfjs-backend-wasm-simd.wasm': wasmSimd, 'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded });
@@ -156,6 +156,20 @@ scope.addEventListener('message', (event) => {
         })
         .then((result) => post({ ev: 'stage-steps', result }))
         .catch((e: Error) => post({ ev: 'stage-steps', error: e.message }));
+      break;
+    case 'fusion-curve':
+      // e2e/webgpu.test.ts: a stage's loss curve on WebGPU with tfjs's composites, then with the tab's fused programs.
+      probeBackends([], 'webgpu', () => {})
+        .then(async () => {
+          if (tf.getBackend() !== 'webgpu') throw new Error(`no WebGPU here (backend ${tf.getBackend()})`);
+          const unfused = await stageLossCurve(m.options);
+          const kernelCheck = await installGpuKernels();
+          const fused = await stageLossCurve(m.options);
+          const maxAbsDiff = Math.max(...unfused.map((l, i) => Math.abs(l - fused[i]!)));
+          return { backend: tf.getBackend(), options: m.options, unfused, fused, maxAbsDiff, ...(kernelCheck ? { kernelCheck } : {}) };
+        })
+        .then((result) => post({ ev: 'fusion-curve', result }))
+        .catch((e: Error) => post({ ev: 'fusion-curve', error: e.message }));
       break;
     case 'sign-payout-link':
       // The secret key never leaves this worker: the page gets the signature only.
