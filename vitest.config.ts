@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['packages/*/src/**/*.test.ts', 'server/src/**/*.test.ts', 'bench/**/*.test.ts'],
+    include: ['packages/*/src/**/*.test.ts', 'apps/*/src/**/*.test.ts', 'server/src/**/*.test.ts', 'bench/**/*.test.ts'],
     // Model tests train real networks on one CPU core: minutes, not milliseconds.
     testTimeout: 600_000,
     hookTimeout: 120_000,

@@ -63,6 +63,10 @@ describe('a tab on WebGPU', () => {
     expect(losses.length).toBeGreaterThanOrEqual(2);
     for (const l of losses) expect(Number.isFinite(l.value)).toBe(true);
     expect((await tabView(gpuTab)).backend).toBe('webgpu');
+    // Beside its tokens/s the tab shows the arithmetic they are (6 per parameter of its stage per token).
+    await expect.poll(async () => Number((await gpuTab.getByTestId('tflops').count()) && (await gpuTab.getByTestId('tflops').getAttribute('data-value'))), { timeout: 60_000, interval: 1000 }).toBeGreaterThan(0);
+    console.log(`e2e: the WebGPU tab trains at ${await gpuTab.getByTestId('tokens-per-sec').textContent()}`);
+    expect(await gpuTab.getByTestId('tflops').textContent()).toMatch(/· [\d.]+ (G|T)FLOP\/s/);
     expect(await gpuTab.locator('.log').textContent()).not.toMatch(/GPU device lost/);
     await screenshot(gpuTab, 'webgpu-tab.png');
 

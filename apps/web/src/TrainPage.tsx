@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'react';
-import { bytes, minerLabel, pathLabel, rewardTokens } from './format';
+import { bytes, flops, minerLabel, pathLabel, rewardTokens } from './format';
 import { useTabContext } from './tab/TabContext';
 import type { TabStatus } from './tab/messages';
 import type { TabState } from './tab/useTab';
@@ -176,6 +176,12 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
         <dt>Training tokens/s</dt>
         <dd data-testid="tokens-per-sec">
           {s ? s.tokensPerSec.toFixed(0) : '—'}
+          {s?.tflops !== undefined && s.tokensPerSec > 0 && (
+            <span className="hint" data-testid="tflops" data-value={s.tflops} title="6 floating-point operations per parameter of this stage per token">
+              {' '}
+              · {flops(s.tflops)}
+            </span>
+          )}
           {s?.busyShare !== undefined && s.phase === 'training' && (
             <span className="hint" data-testid="busy">
               {' '}

@@ -9,6 +9,14 @@ export function bytes(n: number): string {
   return `${(n / 1024 ** 3).toFixed(2)} GiB`;
 }
 
+/** An arithmetic rate given in TFLOP/s, in the unit that reads best: 10.6 TFLOP/s, 84.2 GFLOP/s, 0.31 GFLOP/s. */
+export function flops(tflops: number): string {
+  if (!Number.isFinite(tflops) || tflops < 0) return '—';
+  if (tflops >= 1) return `${tflops.toFixed(1)} TFLOP/s`;
+  const g = tflops * 1000;
+  return `${g >= 10 ? g.toFixed(1) : g.toPrecision(2)} GFLOP/s`;
+}
+
 /** Base units per token (10^9, as rao are to TAO). */
 export const BASE_UNITS_PER_TOKEN = 10n ** 9n;
 

@@ -12,6 +12,9 @@ import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type Pe
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 import { StageMapView, restStageMap } from './stage-map';
 
+/** Training arithmetic per parameter per token: 2 in the forward, 4 in the backward (the usual 6·N·tokens). */
+export const FLOPS_PER_PARAMETER_TOKEN = 6;
+
 /** The heartbeat interval a coordinator asks for, within 0.5…60 s; 2 s when it names none. */
 export const heartbeatEvery = (asked: unknown): number => (typeof asked === 'number' && Number.isFinite(asked) ? Math.min(60_000, Math.max(500, asked)) : 2000);
 
@@ -90,6 +93,11 @@ export interface MinerStatus {
   tokens: number;
   /** Over the last 20 seconds of work. */
   tokensPerSec: number;
+  /**
+   * The arithmetic that rate is, in TFLOP/s: 6 per parameter of this miner's stage per token (forward 2,
+   * backward 4; the backward's recomputed forward and attention's T² terms not counted), what a GPU's rate is compared with.
+   */
+  tflops?: number;
   /** Boundary payloads this miner sent and received. */
   bytesSent: number;
   bytesReceived: number;
@@ -265,6 +273,7 @@ export class Miner {
       microbatches: stats?.microbatches ?? 0,
       tokens: stats?.tokens ?? 0,
       tokensPerSec,
+      ...(this.model ? { tflops: (FLOPS_PER_PARAMETER_TOKEN * countStageParameters(this.model.spec) * tokensPerSec) / 1e12 } : {}),
       bytesSent: this.traffic.sent,
       bytesReceived: this.traffic.received,
       uncompressedBytes: this.traffic.uncompressed,
