@@ -20,7 +20,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs';
-import { AdamW, BatchSampler, LocalTrainer, PRESETS, Stage, countParameters, stageSpecs, type BackendName } from '@train-at-home/model';
+import { AdamW, BatchSampler, LocalTrainer, PRESETS, Stage, countParameters, countStageParameters, stageSpecs, stageTflops, type BackendName } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { join } from 'node:path';
 import { finish, machine } from './lib';
@@ -113,8 +113,8 @@ async function wholeModel(preset: 'small' | 'gpu', steps: number): Promise<numbe
   return (steps * BATCH * config.contextLength) / seconds;
 }
 
-/** One middle stage of `gpu` alone: forward, backward and optimizer timed apart (each read back before the clock stops). */
-async function gpuStage(steps: number, batch = BATCH): Promise<StageTiming> {
+/** One middle stage of `gpu` with its optimizer, random input and output gradient: what gpuStage and gpuStageCounts step. */
+function middleStage(batch: number) {
   const config = PRESETS.gpu;
   const spec = stageSpecs(config, LAYOUTS.gpu)[1]!;
   const stage = new Stage(spec, 1);
@@ -122,7 +122,24 @@ async function gpuStage(steps: number, batch = BATCH): Promise<StageTiming> {
   const rows = batch * config.contextLength;
   const x = tf.randomNormal([rows, spec.inputWidth]) as tf.Tensor2D;
   const g = tf.randomNormal([rows, spec.outputWidth]).mul(1e-3) as tf.Tensor2D;
-  const input = { batch, time: config.contextLength, x };
+  return {
+    spec,
+    stage,
+    adam,
+    rows,
+    g,
+    input: { batch, time: config.contextLength, x },
+    dispose: () => {
+      tf.dispose([x, g]);
+      stage.dispose();
+      adam.dispose();
+    },
+  };
+}
+
+/** One middle stage of `gpu` alone: forward, backward and optimizer timed apart (each read back before the clock stops). */
+async function gpuStage(steps: number, batch = BATCH): Promise<StageTiming> {
+  const { spec, stage, adam, rows, g, input, dispose } = middleStage(batch);
   const t = { forward: 0, backward: 0, optimizer: 0 };
   for (let i = 0; i <= steps; i++) {
     let t0 = performance.now();
@@ -146,27 +163,17 @@ async function gpuStage(steps: number, batch = BATCH): Promise<StageTiming> {
       t.optimizer += optimizer;
     }
   }
-  tf.dispose([x, g]);
-  const parameters = Object.values(stage.params).reduce((n, p) => n + p.size, 0);
-  stage.dispose();
-  adam.dispose();
+  dispose();
   // A pipeline stage's step is its VJP (which recomputes the forward) and its optimizer step.
   const stepMs = (t.backward + t.optimizer) / steps;
   const tokensPerSec = (rows / stepMs) * 1000;
-  return { tokensPerSec, forwardMs: t.forward / steps, backwardMs: t.backward / steps, optimizerMs: t.optimizer / steps, parameters, tflops: +((6 * parameters * tokensPerSec) / 1e12).toFixed(3) };
+  return { tokensPerSec, forwardMs: t.forward / steps, backwardMs: t.backward / steps, optimizerMs: t.optimizer / steps, parameters: countStageParameters(spec), tflops: +stageTflops(spec, tokensPerSec).toFixed(3) };
 }
 
 /** The WebGPU calls of one step of a `gpu` middle stage after a warm-up step: what bounds it on a fast GPU. */
 async function gpuStageCounts(batch = BATCH): Promise<StageCounts> {
   const { countGpuWork } = await import('@train-at-home/model/webgpu');
-  const config = PRESETS.gpu;
-  const spec = stageSpecs(config, LAYOUTS.gpu)[1]!;
-  const stage = new Stage(spec, 1);
-  const adam = new AdamW(stage.params, stage.specs);
-  const rows = batch * config.contextLength;
-  const x = tf.randomNormal([rows, spec.inputWidth]) as tf.Tensor2D;
-  const g = tf.randomNormal([rows, spec.outputWidth]).mul(1e-3) as tf.Tensor2D;
-  const input = { batch, time: config.contextLength, x };
+  const { stage, adam, g, input, dispose } = middleStage(batch);
   const step = async () => {
     const r = await stage.backwardAsync(input, g);
     await r.inputGrad!.data();
@@ -182,9 +189,7 @@ async function gpuStageCounts(batch = BATCH): Promise<StageCounts> {
     return { batch, dispatches: c.dispatches, buffersCreated: c.buffersCreated, submits: c.submits, passes: c.passes, kernels: counter.kernels() };
   } finally {
     counter.uninstall();
-    tf.dispose([x, g]);
-    stage.dispose();
-    adam.dispose();
+    dispose();
   }
 }
 

@@ -16,7 +16,6 @@ import type { MinerAction, MinerChannel, RunContext } from './run-state';
 
 export type { MinerAction } from './run-state';
 
-
 /** The coordinator's state shared by its plugins: the run, the database, live connections. */
 export class Coordinator implements RunContext, MinerChannel {
   readonly sockets = new Map<string, Socket>();

@@ -54,6 +54,14 @@ export function paramSpecs(spec: StageSpec): ParamSpec[] {
 
 export type Params = Record<string, tf.Tensor>;
 
+/** Training arithmetic per parameter per token: 2 FLOPs in the forward, 4 in the backward (the usual 6·N·tokens). */
+export const FLOPS_PER_PARAMETER_TOKEN = 6;
+
+/** Achieved training arithmetic of a stage in TFLOP/s at a rate of tokens (its recomputed forward and attention's T² terms not counted). */
+export function stageTflops(spec: StageSpec, tokensPerSec: number): number {
+  return (FLOPS_PER_PARAMETER_TOKEN * countStageParameters(spec) * tokensPerSec) / 1e12;
+}
+
 /** How many values a stage's parameters hold (its weights blob is 4 bytes each, plus a header). */
 export function countStageParameters(spec: StageSpec): number {
   return paramSpecs(spec).reduce((n, p) => n + p.shape.reduce((a, b) => a * b, 1), 0);

@@ -1,4 +1,4 @@
-import { PRESETS, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, type BackendName, type PresetName } from '@train-at-home/model';
+import { PRESETS, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, stageTflops, type BackendName, type PresetName } from '@train-at-home/model';
 import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { MAX_RECORD_BYTES, RoundRecorder, encodeRecord, recordFloorBytes } from './audit/record';
@@ -11,9 +11,6 @@ import { CoordinatorError, coordinatorRelay, coordinatorSignals, getRetrying, re
 import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 import { StageMapView, restStageMap } from './stage-map';
-
-/** Training arithmetic per parameter per token: 2 in the forward, 4 in the backward (the usual 6·N·tokens). */
-export const FLOPS_PER_PARAMETER_TOKEN = 6;
 
 /** The heartbeat interval a coordinator asks for, within 0.5…60 s; 2 s when it names none. */
 export const heartbeatEvery = (asked: unknown): number => (typeof asked === 'number' && Number.isFinite(asked) ? Math.min(60_000, Math.max(500, asked)) : 2000);
@@ -273,7 +270,7 @@ export class Miner {
       microbatches: stats?.microbatches ?? 0,
       tokens: stats?.tokens ?? 0,
       tokensPerSec,
-      ...(this.model ? { tflops: (FLOPS_PER_PARAMETER_TOKEN * countStageParameters(this.model.spec) * tokensPerSec) / 1e12 } : {}),
+      ...(this.model ? { tflops: stageTflops(this.model.spec, tokensPerSec) } : {}),
       bytesSent: this.traffic.sent,
       bytesReceived: this.traffic.received,
       uncompressedBytes: this.traffic.uncompressed,

@@ -87,15 +87,19 @@ async function initialisedInMemory(): Promise<Blob | undefined> {
     await db.close();
   }
 }
-/** The installed PGlite's version, or undefined where its package cannot be found (bundled by esbuild). */
+/** The installed PGlite's version (looked up once), or undefined where its package cannot be found (bundled by esbuild). */
 function pgliteVersion(): string | undefined {
-  try {
-    const dir = join(dirname(createRequire(import.meta.url).resolve('@electric-sql/pglite')), '..');
-    return (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
-  } catch {
-    return undefined;
+  if (pgliteVersionFound === null) {
+    try {
+      const dir = join(dirname(createRequire(import.meta.url).resolve('@electric-sql/pglite')), '..');
+      pgliteVersionFound = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
+    } catch {
+      pgliteVersionFound = undefined;
+    }
   }
+  return pgliteVersionFound;
 }
+let pgliteVersionFound: string | undefined | null = null;
 
 /**
  * bytea through Node's native hex codec. PGlite 0.5 writes a bytea parameter
