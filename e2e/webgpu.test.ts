@@ -78,11 +78,17 @@ describe('a tab on WebGPU', () => {
       for (const r of rows) (out[r.backend] ??= []).push(`${r.status}${r.reason ? `:${r.reason}` : ''}`);
       return out;
     };
+    let tabLogsShown = false;
     await expect.poll(async () => {
       const audits = await byBackend();
       // A failed one's evidence, as soon as there is one (a failure here ends in this poll's timeout).
       const failed = await app.db.query<{ reason: string; detail: unknown }>(`SELECT reason, detail FROM audits WHERE status = 'failed'`);
       console.log(`e2e: audits ${JSON.stringify(audits)}${failed.map((f) => `; failed ${f.reason}: ${JSON.stringify(f.detail).slice(0, 600)}`).join('')}`);
+      // And the tabs' own account of their merges, once.
+      if (failed.length && !tabLogsShown) {
+        tabLogsShown = true;
+        for (const [name, tab] of [['webgpu', gpuTab], ['webgl', glTab]] as const) console.log(`e2e: the ${name} tab's log: ${await tab.locator('.log').textContent()}`);
+      }
       return ['webgpu', 'webgl'].every((b) => audits[b]?.includes('passed'));
     }, { timeout: 300_000, interval: 5000 }).toBe(true);
     const failed = await app.db.query<{ detail: unknown }>(`SELECT detail FROM audits WHERE status = 'failed'`);

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from './app';
 import { testDatabase } from './db/test-database';
-import { PROVEN_STEPS, REPLAY_LOST_MS } from './validator/audits';
+import { PROVEN_STEPS, REPLAY_LOST_MS, roundWindow } from './validator/audits';
 
 /**
  * The audit route against bad answers: late, truncated, unsigned or signed
@@ -199,5 +199,23 @@ describe('audit answers', () => {
     await app.validator.audits.tick();
     expect(await app.db.query('SELECT status, reason FROM audits WHERE id = $1', [gone])).toEqual([{ status: 'skipped', reason: 'VALIDATOR' }]);
     expect(await app.db.query('SELECT 1 FROM flags WHERE miner_id = $1', [id(miner)])).toEqual([]);
+  });
+});
+
+describe("an audited round's window of sends", () => {
+  const t = (s: number): Date => new Date(Date.UTC(2026, 10, 28, 20, 36, s));
+  it('starts at the report of its anchor merge; else after its previous merge-ready and not before the anchor round closed; else when the stage was given', () => {
+    expect(roundWindow({ anchorRound: 3, anchorMerged: t(40).toISOString(), anchorEnded: t(41), previousReady: t(30), given: t(0) })).toEqual({ from: t(40).toISOString(), by: 'anchor-merged' });
+    expect(roundWindow({ anchorRound: 3, anchorEnded: t(41), previousReady: t(30), given: t(0) })).toEqual({ from: t(41).toISOString(), by: 'anchor-closed' });
+    expect(roundWindow({ anchorRound: 3, anchorEnded: t(20), previousReady: t(30), given: t(0) })).toEqual({ from: t(30).toISOString(), by: 'previous-ready' });
+    // Taken up from a checkpoint of a round that closed before the miner came: from when it was given the stage.
+    expect(roundWindow({ anchorRound: 3, anchorEnded: t(2), given: t(5) })).toEqual({ from: t(5).toISOString(), by: 'stage-given' });
+    expect(roundWindow({ anchorRound: 0, given: t(5) })).toEqual({ from: t(5).toISOString(), by: 'stage-given' });
+  });
+  it('of a replica that never committed a round before (a late merge-ready refused), starts when its anchor round closed, not when it was given the stage', () => {
+    // Seen in e2e/webgpu.test.ts under load: a SwiftShader tab's merge-ready for round 2 came after the round went on
+    // without it; it committed round 3 from its own end state of round 2. Its sends of rounds 1 and 2 (paid to nobody:
+    // it committed neither) are not this round's.
+    expect(roundWindow({ anchorRound: 2, anchorEnded: t(82), given: t(5) })).toEqual({ from: t(82).toISOString(), by: 'anchor-closed' });
   });
 });

@@ -93,6 +93,36 @@ export class AuditError extends Error {
  * backend is not the validator's, the checkpoint is gone) are recorded as
  * skipped, never failed.
  */
+/** Where the window of a round's sends (those its record must hold) comes from (kept with the verdict: evidence for an AUDIT_INCOMPLETE). */
+export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' | 'stage-given' | 'none';
+
+/**
+ * When a miner's audited round began, as the coordinator saw it: the sends it confirmed from then until its
+ * merge-ready must all be in its record.
+ *   - its report of the anchor merge (the round's sends come after it on the same socket): `anchor-merged`;
+ *   - without that report, after its previous merge-ready (`previous-ready`), and not before the anchor's merge round
+ *     closed (`anchor-closed`): a record anchored at that round began when the miner closed the one before it for
+ *     that merge, and what it sent until the round closed is paid as the anchor round's or earlier (accounting.ts,
+ *     drawableRounds), not this one's. This holds with no previous merge-ready as well: a replica whose merge-ready
+ *     for the anchor was refused (late for it) closed its record all the same and commits the next round from there;
+ *   - a round begun by taking the stage up: from when it was given the stage, after a grace (`stage-given`).
+ */
+export function roundWindow(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null }): { from: string; by: WindowSource } {
+  const iso = (t: Date | string): string => new Date(t).toISOString();
+  if (w.anchorMerged) return { from: iso(w.anchorMerged), by: 'anchor-merged' };
+  const closed = w.anchorRound > 0 && w.anchorEnded ? new Date(w.anchorEnded) : undefined;
+  if (w.previousReady) {
+    const previous = new Date(w.previousReady);
+    return closed && closed > previous ? { from: iso(closed), by: 'anchor-closed' } : { from: iso(previous), by: 'previous-ready' };
+  }
+  // A stage taken up from a checkpoint of the anchor round: that round closed before the miner came.
+  if (w.given) {
+    const given = new Date(w.given);
+    return closed && closed > given ? { from: iso(closed), by: 'anchor-closed' } : { from: iso(given), by: 'stage-given' };
+  }
+  return closed ? { from: iso(closed), by: 'anchor-closed' } : { from: new Date(0).toISOString(), by: 'none' };
+}
+
 export class Auditor {
   readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, reopened: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0, clippedDrawn: 0 };
   private busy = false;
@@ -257,13 +287,8 @@ export class Auditor {
     // A round begun by taking the stage up: from when it was given the stage, after a grace for its previous
     // stage's sends still arriving (a miner moved mid-round sent them as another stage).
     const [given] = await c.db.query<{ at: Date }>(`SELECT stage_since + make_interval(secs => $3) AS at FROM miners WHERE id = $1 AND run_id = $2`, [minerId, c.runId, STAGE_TAKEN_GRACE_MS / 1000]);
-    // Without its report of the anchor's merge, the round began after its previous merge-ready, and not before that
-    // merge's round closed: what it sent until then is paid as the anchor round's (accounting.ts, drawableRounds), not this one's.
-    const previousOrClosed = previous?.at && anchor?.ended && new Date(anchor.ended) > new Date(previous.at) ? anchor.ended : previous?.at;
-    const from = anchor?.at ?? previousOrClosed ?? given?.at ?? new Date(0);
-    // Where the window of "sent in the round" came from, kept with the verdict (evidence for an AUDIT_INCOMPLETE).
-    const by = anchor?.at ? 'anchor-merged' : previousOrClosed && previousOrClosed !== previous?.at ? 'anchor-closed' : previous?.at ? 'previous-ready' : given?.at ? 'stage-given' : 'none';
-    const window = { anchorRound: record.anchorRound, from: String(from instanceof Date ? from.toISOString() : from), by, to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
+    const window = { anchorRound: record.anchorRound, ...roundWindow({ anchorRound: record.anchorRound, anchorMerged: anchor?.at, anchorEnded: anchor?.ended, previousReady: previous?.at, given: given?.at }), to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
+    const from = window.from;
     let startWeights: Uint8Array | undefined;
     // The record is the one committed: it starts where the miner said, with merge-ready, its round began.
     if (end?.start_hash != null && (record.anchorRound !== end.start_round || record.anchorHash !== end.start_hash)) {
