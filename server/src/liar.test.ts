@@ -102,6 +102,72 @@ describe('a lying owner in a real merge', () => {
     expect(miner!.rejoined).toBeGreaterThan(rejoined);
   });
 
+  it('a merge-ready that arrives after the round went on without the replica is refused; its record goes on as one round, so its next round commits from where that one began and passes its audit', { timeout: 900_000 }, async () => {
+    // A slow tab's shape (seen on SwiftShader under load): its merge-ready leaves just before the ready window
+    // closes, merge-go (without it) reaches it before the refusal, and training resumes. Its round's record, closed
+    // for that merge-ready, must go on: else the next round starts from the refused one, and the sends of the closed
+    // record fall in no record an audit draws (an honest replica failed AUDIT_INCOMPLETE so).
+    const replicas = miners.filter((m) => m.registration?.stage === 0);
+    const late = replicas[1]!;
+    const lateId = late.registration!.minerId;
+    // The validator first works off any backlog, drawing nothing meanwhile, so the round after the target is drawn at
+    // the full rate and its replay is not queued behind others. (Here: 109 s for the draws of new replicas, drawn at
+    // the full rate until proven. Run after the next case, which draws every round of stage 2, it waited 362 s, and
+    // its audit waited past 240 s in a loaded CI run.)
+    const auditRate = app.coordinator.run.incentives.auditRate;
+    app.coordinator.run.incentives.auditRate = 0;
+    const backlog = async (): Promise<number> => (await app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND status IN ('open', 'replaying')`, [app.coordinator.runId]))[0]!.n;
+    const draining = Date.now();
+    await expect.poll(backlog, { timeout: 300_000, interval: 1000 }).toBe(0);
+    console.log(`liar: the validator's backlog worked off in ${Math.round((Date.now() - draining) / 1000)} s`);
+    app.coordinator.run.incentives.auditRate = 1;
+    const target = app.coordinator.phases.status()[0]!.round + 1;
+    const readyMs = app.coordinator.run.merge.readyMs;
+    // A short ready window for the target round (the others answer within it); the late one's merge-ready is held
+    // until merge-go went out without it, well within its own request's 10 s.
+    app.coordinator.run.merge.readyMs = 6_000;
+    const went = async (): Promise<boolean> =>
+      (await app.db.query('SELECT 1 FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2 AND mode IS NOT NULL', [app.coordinator.runId, target])).length > 0;
+    app.coordinator.sockets.get(lateId)!.use(([event, payload], next) => {
+      if (event !== 'merge-ready' || (payload as { round: number }).round !== target) return next();
+      void (async () => {
+        while (!(await went())) await new Promise((r) => setTimeout(r, 50));
+        next();
+      })();
+    });
+    await expect.poll(went, { timeout: 240_000, interval: 250 }).toBe(true);
+    app.coordinator.run.merge.readyMs = readyMs;
+    const [round] = await app.db.query<{ participants: string[] | string }>('SELECT participants FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2', [app.coordinator.runId, target]);
+    const participants = typeof round!.participants === 'string' ? JSON.parse(round!.participants) : round!.participants;
+    expect(participants).not.toContain(lateId);
+    expect(participants.length).toBeGreaterThanOrEqual(1);
+    // Refused, nothing of it was committed; its next round's commitment starts where its round began before the target.
+    const commitment = async (r: number) =>
+      (await app.db.query<{ start_round: number | null }>('SELECT start_round FROM round_commitments WHERE run_id = $1 AND stage = 0 AND round = $2 AND miner_id = $3', [app.coordinator.runId, r, lateId]))[0];
+    await expect.poll(() => commitment(target + 1), { timeout: 240_000, interval: 500 }).toBeDefined();
+    expect(await commitment(target)).toBeUndefined();
+    expect((await commitment(target + 1))!.start_round).toBeLessThan(target);
+    // Drawn (at rate 1 unless the validator is behind), its audit passes.
+    const audit = async () =>
+      (await app.db.query<{ status: string; reason: string | null; detail: unknown }>('SELECT status, reason, detail FROM audits WHERE run_id = $1 AND stage = 0 AND round = $2 AND miner_id = $3', [app.coordinator.runId, target + 1, lateId]))[0];
+    const closed = async () => (await app.db.query('SELECT 1 FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2 AND ended_at IS NOT NULL', [app.coordinator.runId, target + 1])).length > 0;
+    await expect.poll(closed, { timeout: 240_000, interval: 500 }).toBe(true);
+    const [draw] = await app.db.query<{ rate: number; participants: string[] | string }>(
+      'SELECT a.rate, e.participants FROM audit_rounds a JOIN epochs e ON e.run_id = a.run_id AND e.stage = a.stage AND e.epoch = a.round WHERE a.run_id = $1 AND a.stage = 0 AND a.round = $2',
+      [app.coordinator.runId, target + 1],
+    );
+    const merged = typeof draw!.participants === 'string' ? JSON.parse(draw!.participants) : draw!.participants;
+    console.log(`liar: round ${target + 1}'s draw at rate ${draw!.rate}, ${lateId.slice(0, 8)} ${merged.includes(lateId) ? 'took part in its merge' : 'missed its merge'}`);
+    // At rate 1 (the validator was not behind when the round began) every replica that merged is drawn.
+    if (draw!.rate >= 1 && merged.includes(lateId)) expect(await audit()).toBeDefined();
+    if (await audit()) {
+      await expect.poll(async () => (await audit())!.status, { timeout: 300_000, interval: 1000 }).not.toMatch(/^(open|replaying)$/);
+      const a = (await audit())!;
+      expect([a.status, a.reason], JSON.stringify(a.detail)).toEqual(['passed', null]);
+    }
+    app.coordinator.run.incentives.auditRate = auditRate;
+  });
+
   it('a round whose start was never reported (every report of its merge lost) is audited from the start committed with merge-ready', async () => {
     // Stage 2's three honest replicas, every one drawn (while the validator keeps up).
     const replicas = miners.filter((m) => m.registration?.stage === 1);
@@ -192,61 +258,6 @@ describe('a lying owner in a real merge', () => {
     const hashes = typeof round!.hashes === 'string' ? JSON.parse(round!.hashes) : round!.hashes;
     expect(round!.agreed).not.toBeNull();
     expect([hashes[late!], hashes[held!]]).toEqual([round!.agreed, round!.agreed]);
-  });
-
-  it('a merge-ready that arrives after the round went on without the replica is refused; its record goes on as one round, so its next round commits from where that one began and passes its audit', async () => {
-    // A slow tab's shape (seen on SwiftShader under load): its merge-ready leaves just before the ready window
-    // closes, merge-go (without it) reaches it before the refusal, and training resumes. Its round's record, closed
-    // for that merge-ready, must go on: else the next round starts from the refused one, and the sends of the closed
-    // record fall in no record an audit draws (an honest replica failed AUDIT_INCOMPLETE so).
-    const replicas = miners.filter((m) => m.registration?.stage === 0);
-    const late = replicas[1]!;
-    const lateId = late.registration!.minerId;
-    const target = app.coordinator.phases.status()[0]!.round + 1;
-    const readyMs = app.coordinator.run.merge.readyMs;
-    // A short ready window for the target round (the others answer within it); the late one's merge-ready is held
-    // until merge-go went out without it, well within its own request's 10 s.
-    app.coordinator.run.merge.readyMs = 6_000;
-    app.coordinator.run.incentives.auditRate = 1;
-    const went = async (): Promise<boolean> =>
-      (await app.db.query('SELECT 1 FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2 AND mode IS NOT NULL', [app.coordinator.runId, target])).length > 0;
-    app.coordinator.sockets.get(lateId)!.use(([event, payload], next) => {
-      if (event !== 'merge-ready' || (payload as { round: number }).round !== target) return next();
-      void (async () => {
-        while (!(await went())) await new Promise((r) => setTimeout(r, 50));
-        next();
-      })();
-    });
-    await expect.poll(went, { timeout: 240_000, interval: 250 }).toBe(true);
-    app.coordinator.run.merge.readyMs = readyMs;
-    const [round] = await app.db.query<{ participants: string[] | string }>('SELECT participants FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2', [app.coordinator.runId, target]);
-    const participants = typeof round!.participants === 'string' ? JSON.parse(round!.participants) : round!.participants;
-    expect(participants).not.toContain(lateId);
-    expect(participants.length).toBeGreaterThanOrEqual(1);
-    // Refused, nothing of it was committed; its next round's commitment starts where its round began before the target.
-    const commitment = async (r: number) =>
-      (await app.db.query<{ start_round: number | null }>('SELECT start_round FROM round_commitments WHERE run_id = $1 AND stage = 0 AND round = $2 AND miner_id = $3', [app.coordinator.runId, r, lateId]))[0];
-    await expect.poll(() => commitment(target + 1), { timeout: 240_000, interval: 500 }).toBeDefined();
-    expect(await commitment(target)).toBeUndefined();
-    expect((await commitment(target + 1))!.start_round).toBeLessThan(target);
-    // Drawn (at rate 1 unless the validator is behind), its audit passes.
-    const audit = async () =>
-      (await app.db.query<{ status: string; reason: string | null; detail: unknown }>('SELECT status, reason, detail FROM audits WHERE run_id = $1 AND stage = 0 AND round = $2 AND miner_id = $3', [app.coordinator.runId, target + 1, lateId]))[0];
-    const closed = async () => (await app.db.query('SELECT 1 FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = $2 AND ended_at IS NOT NULL', [app.coordinator.runId, target + 1])).length > 0;
-    await expect.poll(closed, { timeout: 240_000, interval: 500 }).toBe(true);
-    const [draw] = await app.db.query<{ rate: number; participants: string[] | string }>(
-      'SELECT a.rate, e.participants FROM audit_rounds a JOIN epochs e ON e.run_id = a.run_id AND e.stage = a.stage AND e.epoch = a.round WHERE a.run_id = $1 AND a.stage = 0 AND a.round = $2',
-      [app.coordinator.runId, target + 1],
-    );
-    const merged = typeof draw!.participants === 'string' ? JSON.parse(draw!.participants) : draw!.participants;
-    console.log(`liar: round ${target + 1}'s draw at rate ${draw!.rate}, ${lateId.slice(0, 8)} ${merged.includes(lateId) ? 'took part in its merge' : 'missed its merge'}`);
-    // At rate 1 (the validator was not behind when the round began) every replica that merged is drawn.
-    if (draw!.rate >= 1 && merged.includes(lateId)) expect(await audit()).toBeDefined();
-    if (await audit()) {
-      await expect.poll(async () => (await audit())!.status, { timeout: 240_000, interval: 1000 }).not.toMatch(/^(open|replaying)$/);
-      const a = (await audit())!;
-      expect([a.status, a.reason], JSON.stringify(a.detail)).toEqual(['passed', null]);
-    }
   });
 
   it('a replica that sends its merge partners other bytes than the contribution it committed to is refused by both owners and flagged COMMITMENT_MISMATCH; nobody else is', async () => {
