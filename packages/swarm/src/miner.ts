@@ -149,7 +149,7 @@ export class Miner {
   readonly audits = { answered: 0, missing: 0 };
   private readonly auditing = new Set<string>();
   /** The merge this miner is paused for, if any: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
-  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean; closed?: boolean; optimizerHash?: string };
+  private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean; optimizerHash?: string };
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   /** The stages this miner talks to and who holds them (stage-map.ts). */
@@ -670,7 +670,6 @@ export class Miner {
       // On a backend whose replay is not bit-exact, the record keeps that end state too (an audit compares within a tolerance).
       // Where it began is committed beside its end.
       this.recorder?.close(m.round, weightsHash, endState, endWeights, this.o.backend !== EXACT_REPLAY_BACKEND, optimizerHash);
-      this.merging.closed = true;
       try {
         await request(this.socket!, 'merge-ready', {
           v: PROTOCOL_VERSION,
@@ -732,9 +731,10 @@ export class Miner {
     if (!Array.isArray(go.participants) || !go.participants.includes(registration.minerId) || !prepared) {
       // Answered too late for this round: keep training, the work counts next time. Not named, its merge-ready was not
       // stored (merge-go's participants are exactly the replicas whose merge-ready was) and is refused if it still
-      // comes: a record closed for it goes on as one round, reopened now, before training resumes (once the worker's
-      // next ops are in the next record it cannot be, and the closed one's sends would be in a record nobody draws).
-      if (this.merging.closed) this.recorder?.reopen(this.merging.round);
+      // comes: a record closed for it (prepared: set as the record closes) goes on as one round, reopened now, before
+      // training resumes (once the worker's next ops are in the next record it cannot be, and the closed one's sends
+      // would be in a record nobody draws).
+      if (prepared) this.recorder?.reopen(this.merging.round);
       this.endMerge();
       return;
     }

@@ -70,6 +70,30 @@ export class AuditError extends Error {
 }
 
 
+/** Where the window of a round's sends (those its record must hold) comes from (kept with the verdict: evidence for an AUDIT_INCOMPLETE). */
+export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' | 'stage-given' | 'none';
+
+/**
+ * When a miner's audited round began, as the coordinator saw it: the sends it confirmed from then until its
+ * merge-ready must all be in its record.
+ *   - its report of the anchor merge (the round's sends come after it on the same socket): `anchor-merged`;
+ *   - without that report, after its previous merge-ready (`previous-ready`), and not before the anchor's merge round
+ *     closed (`anchor-closed`): a record anchored at that round began when the miner closed the one before it for
+ *     that merge, and what it sent until the round closed is paid as the anchor round's or earlier (accounting.ts,
+ *     drawableRounds), not this one's. This holds with no previous merge-ready as well: a replica whose merge-ready
+ *     for the anchor was refused (late for it) closed its record all the same and commits the next round from there;
+ *   - a round begun by taking the stage up: from when it was given the stage, after a grace (`stage-given`).
+ */
+export function roundWindow(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null }): { from: string; by: WindowSource } {
+  const iso = (t: Date | string): string => new Date(t).toISOString();
+  if (w.anchorMerged) return { from: iso(w.anchorMerged), by: 'anchor-merged' };
+  // (A stage taken up from a checkpoint of the anchor round: that round closed before the miner came.)
+  const base = w.previousReady ? { at: new Date(w.previousReady), by: 'previous-ready' as const } : w.given ? { at: new Date(w.given), by: 'stage-given' as const } : undefined;
+  const closed = w.anchorRound > 0 && w.anchorEnded ? new Date(w.anchorEnded) : undefined;
+  if (closed && (!base || closed > base.at)) return { from: iso(closed), by: 'anchor-closed' };
+  return base ? { from: iso(base.at), by: base.by } : { from: new Date(0).toISOString(), by: 'none' };
+}
+
 /**
  * Whole-round audits (the guarantee that a cheat a miner could time does not
  * pay):
@@ -93,36 +117,6 @@ export class AuditError extends Error {
  * backend is not the validator's, the checkpoint is gone) are recorded as
  * skipped, never failed.
  */
-/** Where the window of a round's sends (those its record must hold) comes from (kept with the verdict: evidence for an AUDIT_INCOMPLETE). */
-export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' | 'stage-given' | 'none';
-
-/**
- * When a miner's audited round began, as the coordinator saw it: the sends it confirmed from then until its
- * merge-ready must all be in its record.
- *   - its report of the anchor merge (the round's sends come after it on the same socket): `anchor-merged`;
- *   - without that report, after its previous merge-ready (`previous-ready`), and not before the anchor's merge round
- *     closed (`anchor-closed`): a record anchored at that round began when the miner closed the one before it for
- *     that merge, and what it sent until the round closed is paid as the anchor round's or earlier (accounting.ts,
- *     drawableRounds), not this one's. This holds with no previous merge-ready as well: a replica whose merge-ready
- *     for the anchor was refused (late for it) closed its record all the same and commits the next round from there;
- *   - a round begun by taking the stage up: from when it was given the stage, after a grace (`stage-given`).
- */
-export function roundWindow(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null }): { from: string; by: WindowSource } {
-  const iso = (t: Date | string): string => new Date(t).toISOString();
-  if (w.anchorMerged) return { from: iso(w.anchorMerged), by: 'anchor-merged' };
-  const closed = w.anchorRound > 0 && w.anchorEnded ? new Date(w.anchorEnded) : undefined;
-  if (w.previousReady) {
-    const previous = new Date(w.previousReady);
-    return closed && closed > previous ? { from: iso(closed), by: 'anchor-closed' } : { from: iso(previous), by: 'previous-ready' };
-  }
-  // A stage taken up from a checkpoint of the anchor round: that round closed before the miner came.
-  if (w.given) {
-    const given = new Date(w.given);
-    return closed && closed > given ? { from: iso(closed), by: 'anchor-closed' } : { from: iso(given), by: 'stage-given' };
-  }
-  return closed ? { from: iso(closed), by: 'anchor-closed' } : { from: new Date(0).toISOString(), by: 'none' };
-}
-
 export class Auditor {
   readonly stats = { drawn: 0, passed: 0, failed: 0, unanswered: 0, skipped: 0, reopened: 0, validatorMs: 0, replayedOps: 0, rateLowered: 0, clippedDrawn: 0 };
   private busy = false;
