@@ -8,6 +8,7 @@ export default defineConfig({
     hookTimeout: 120_000,
     // One file at a time: each training test wants a whole core, and CI has two.
     fileParallelism: false,
-    reporters: ['default'],
+    // The second names every file that did not pass as the run's last lines (CI keeps only its tail).
+    reporters: ['default', './scripts/vitest-outcomes.ts'],
   },
 });

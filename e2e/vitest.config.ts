@@ -9,6 +9,7 @@ export default defineConfig({
     testTimeout: 600_000,
     hookTimeout: 180_000,
     fileParallelism: false,
-    reporters: ['default'],
+    // The second names every file that did not pass as the run's last lines (CI keeps only its tail).
+    reporters: ['default', './scripts/vitest-outcomes.ts'],
   },
 });

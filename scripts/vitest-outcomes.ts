@@ -1,0 +1,86 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { relative } from 'node:path';
+import type { Reporter, TestModule } from 'vitest/node';
+
+/** Resident memory (MiB) of each child process of this one, from /proc (Linux; elsewhere none). */
+function childrenRss(): Map<number, number> {
+  const out = new Map<number, number>();
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return out;
+  }
+  for (const pid of pids) {
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      if (Number(/^PPid:\s+(\d+)/m.exec(status)?.[1]) !== process.pid) continue;
+      const kb = Number(/^VmRSS:\s+(\d+)/m.exec(status)?.[1] ?? 0);
+      out.set(Number(pid), Math.round(kb / 1024));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/**
+ * Names, as the very last lines of a run, each test file that did not pass, and how far it got.
+ *
+ * The default reporter prints a failed assertion beside its file, but an error outside any test
+ * (a test worker that exited: a native crash, memory) only as "Worker exited unexpectedly", with no
+ * file, and CI keeps only the tail of the output. Here the file is named where the tail shows it,
+ * with the largest resident memory its worker process was seen at (sampled every 5 s), which tells
+ * a worker that ran out of memory from one that crashed.
+ */
+export default class OutcomesReporter implements Reporter {
+  private readonly started = new Map<string, number>();
+  /** Largest worker RSS seen while each file ran (files run one at a time: fileParallelism false). */
+  private readonly peakRss = new Map<string, number>();
+  private running: string | undefined;
+  private timer: NodeJS.Timeout | undefined;
+
+  onTestRunStart(): void {
+    this.timer = setInterval(() => this.sample(), 5_000);
+    this.timer.unref();
+  }
+
+  onTestModuleStart(module: TestModule): void {
+    this.started.set(module.moduleId, Date.now());
+    this.running = module.moduleId;
+  }
+
+  onTestModuleEnd(module: TestModule): void {
+    this.sample();
+    if (this.running === module.moduleId) this.running = undefined;
+  }
+
+  private sample(): void {
+    if (this.running === undefined) return;
+    const rss = Math.max(0, ...childrenRss().values());
+    this.peakRss.set(this.running, Math.max(this.peakRss.get(this.running) ?? 0, rss));
+  }
+
+  onTestRunEnd(modules: ReadonlyArray<TestModule>): void {
+    clearInterval(this.timer);
+    const lines: string[] = [];
+    for (const module of modules) {
+      const state = module.state();
+      if (state === 'passed' || state === 'skipped') continue;
+      const counts = new Map<string, number>();
+      for (const t of module.children.allTests()) counts.set(t.result().state, (counts.get(t.result().state) ?? 0) + 1);
+      const byState = [...counts].map(([s, n]) => `${n} ${s}`).join(', ') || 'none collected';
+      const errors = module.errors().map((e) => e.message.split('\n')[0]);
+      const since = this.started.get(module.moduleId);
+      const peak = this.peakRss.get(module.moduleId);
+      lines.push(
+        `not passed: ${relative(process.cwd(), module.moduleId)} (${state}; tests: ${byState}` +
+          (since === undefined ? '; never started' : `; started ${Math.round((Date.now() - since) / 1000)} s before the run ended`) +
+          (peak === undefined ? '' : `; worker RSS peak ${peak} MiB`) +
+          ')' +
+          (errors.length > 0 ? `; errors: ${errors.join(' | ')}` : ''),
+      );
+    }
+    if (lines.length > 0) process.stdout.write(`\n${lines.join('\n')}\n`);
+  }
+}
