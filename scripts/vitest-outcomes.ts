@@ -2,26 +2,25 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { relative } from 'node:path';
 import type { Reporter, TestModule } from 'vitest/node';
 
-/** Resident memory (MiB) of each child process of this one, from /proc (Linux; elsewhere none). */
-function childrenRss(): Map<number, number> {
-  const out = new Map<number, number>();
+/** The largest resident memory (MiB) among this process's children (the test workers), from /proc (Linux; elsewhere 0). */
+function largestChildRss(): number {
+  let largest = 0;
   let pids: string[];
   try {
     pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
   } catch {
-    return out;
+    return largest;
   }
   for (const pid of pids) {
     try {
       const status = readFileSync(`/proc/${pid}/status`, 'utf8');
       if (Number(/^PPid:\s+(\d+)/m.exec(status)?.[1]) !== process.pid) continue;
-      const kb = Number(/^VmRSS:\s+(\d+)/m.exec(status)?.[1] ?? 0);
-      out.set(Number(pid), Math.round(kb / 1024));
+      largest = Math.max(largest, Math.round(Number(/^VmRSS:\s+(\d+)/m.exec(status)?.[1] ?? 0) / 1024));
     } catch {
       // gone meanwhile
     }
   }
-  return out;
+  return largest;
 }
 
 /**
@@ -57,8 +56,7 @@ export default class OutcomesReporter implements Reporter {
 
   private sample(): void {
     if (this.running === undefined) return;
-    const rss = Math.max(0, ...childrenRss().values());
-    this.peakRss.set(this.running, Math.max(this.peakRss.get(this.running) ?? 0, rss));
+    this.peakRss.set(this.running, Math.max(this.peakRss.get(this.running) ?? 0, largestChildRss()));
   }
 
   onTestRunEnd(modules: ReadonlyArray<TestModule>): void {

@@ -69,7 +69,6 @@ export class AuditError extends Error {
   }
 }
 
-
 /** Where the window of a round's sends (those its record must hold) comes from (kept with the verdict: evidence for an AUDIT_INCOMPLETE). */
 export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' | 'stage-given' | 'none';
 
