@@ -34,17 +34,19 @@ beforeAll(async () => {
     stages: 3,
     bottleneck: 32,
     training: { batchSize: 8, peakLr: 0.006, warmupSteps: 10, totalSteps: 600 },
-    // Merges at least every 20 s: each is a moment every replica's weights are known (exact replays). Every round is
-    // audited (auditRate 1): detection here is certain, not a draw (bench:audit measures it at a rate below 1), and
-    // the validator replays every miner's whole round, about twice what it can keep up with on this machine (the
-    // audit rate halves under the backlog, and settlement waits for the audits of each epoch's rounds). Rounds of
-    // 40 s cost no less: an audit's cost is its round's work. Each epoch's earnings are held for its window (windowEpochs 2,
+    // Merges at least every 20 s: each is a moment every replica's weights are known (exact replays). Rounds are drawn
+    // at auditRate 0.5, as bench:audit draws them, and every round of a replica not yet proven (fewer than PROVEN_AUDITS
+    // passed audits of rounds of at least PROVEN_STEPS microbatches) at 1: each cheat here fails the audit of every round
+    // in which it trains twice (a poisoned contribution is also audited whenever CenteredClip clips it all along), so it
+    // never proves itself and every round it works in is audited: detection is certain, not a draw. An honest replica,
+    // once proven, is drawn at 0.5: at 1, every round of every replica is about twice what this validator keeps up with
+    // on two cores (the rate then halves under the backlog, and each settlement waits minutes on it). Each epoch's earnings are held for its window (windowEpochs 2,
     // holdEpochs 1: settled once the audits of its own and the next epoch's rounds are done), as a hosted run holds them
     // (DEFAULT_INCENTIVES): a cheat that is honest where it can be checked cheats in no round of one microbatch, so its
     // first rounds of the swarm's slow start can pass their audits; with no epoch held, CI paid the plausible free-rider
     // for an epoch of such rounds, though the audit of its next round, in the epoch after, failed.
     merge: { every: 16, maxTrainingMs: 20_000, readyMs: 10_000, senderMs: 10_000, reducerMs: 5_000, roundMs: 30_000 },
-    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: EMISSION.toString(), spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, holdEpochs: 1, auditRate: 1, auditTimeoutMs: 40_000 },
+    incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: EMISSION.toString(), spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, holdEpochs: 1, auditRate: 0.5, auditTimeoutMs: 40_000 },
   }));
 });
 afterAll(async () => {
