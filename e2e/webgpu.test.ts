@@ -104,7 +104,28 @@ describe('a tab on WebGPU', () => {
     // Back on WASM it registers again, loads its stage's checkpoint and trains: on a loaded 2-core CI machine (after the
     // audits' replays) 2 microbatches in 120 s were seen, and in one fresh-clone CI 2 in 240 s (alone: this whole test
     // takes 70 s), so it is given 420 s for 3.
-    await expect.poll(async () => (await tabView(gpuTab)).microbatches, { timeout: 420_000, interval: 2000 }).toBeGreaterThanOrEqual(3);
+    // What each tab shows, printed whenever it changes (a CI log keeps only its tail: the evidence if this ever stalls).
+    const drill = Date.now();
+    let shown = '';
+    await expect
+      .poll(
+        async () => {
+          const [gpu, gl] = [await tabView(gpuTab), await tabView(glTab)];
+          const now = JSON.stringify({ gpu, gl });
+          if (now !== shown) console.log(`e2e: +${Math.round((Date.now() - drill) / 1000)} s after the drill: ${(shown = now)}`);
+          return gpu.microbatches;
+        },
+        { timeout: 420_000, interval: 2000 },
+      )
+      .toBeGreaterThanOrEqual(3)
+      .catch(async (e: unknown) => {
+        for (const [name, tab] of [['webgpu (now wasm)', gpuTab], ['webgl', glTab]] as const) console.log(`e2e: the ${name} tab's log: ${await tab.locator('.log').textContent()}`);
+        console.log(`e2e: stage map ${JSON.stringify(await app.coordinator.stageMap())}; flags ${JSON.stringify(await app.db.query('SELECT miner_id, kind, reason FROM flags'))}`);
+        const losses = (await app.fastify.inject({ method: 'GET', url: '/api/metrics/train_loss' })).json().points as Array<{ t?: string; at?: string }>;
+        console.log(`e2e: ${losses.length} losses reported, the last ${JSON.stringify(losses.slice(-3))}`);
+        console.log(`e2e: audits ${JSON.stringify(await byBackend())}; merges ${JSON.stringify((await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json()).slice(0, 1500)}`);
+        throw e;
+      });
   });
 });
 
