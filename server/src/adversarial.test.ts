@@ -40,11 +40,12 @@ beforeAll(async () => {
     // in which it trains twice (a poisoned contribution is also audited whenever CenteredClip clips it all along), so it
     // never proves itself and every round it works in is audited: detection is certain, not a draw. An honest replica,
     // once proven, is drawn at 0.5: at 1, every round of every replica is about twice what this validator keeps up with
-    // on two cores (the rate then halves under the backlog, and each settlement waits minutes on it). Each epoch's earnings are held for its window (windowEpochs 2,
-    // holdEpochs 1: settled once the audits of its own and the next epoch's rounds are done), as a hosted run holds them
-    // (DEFAULT_INCENTIVES): a cheat that is honest where it can be checked cheats in no round of one microbatch, so its
-    // first rounds of the swarm's slow start can pass their audits; with no epoch held, CI paid the plausible free-rider
-    // for an epoch of such rounds, though the audit of its next round, in the epoch after, failed.
+    // on two cores (the rate then halves under the backlog, and each settlement waits minutes on it). Each epoch's
+    // earnings are held for its window (windowEpochs 2, holdEpochs 1: settled once the audits of its own and the next
+    // epoch's rounds are done), as a hosted run holds them (DEFAULT_INCENTIVES): a cheat that is honest where it can be
+    // checked cheats in no round of one microbatch, so its first rounds of the swarm's slow start can pass their audits;
+    // with no epoch held, CI paid the plausible free-rider for an epoch of such rounds, though the audit of its next
+    // round, in the epoch after, failed.
     merge: { every: 16, maxTrainingMs: 20_000, readyMs: 10_000, senderMs: 10_000, reducerMs: 5_000, roundMs: 30_000 },
     incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: EMISSION.toString(), spotCheckRate: 0.2, probeTimeoutMs: 15_000, windowEpochs: 2, holdEpochs: 1, auditRate: 0.5, auditTimeoutMs: 40_000 },
   }));
@@ -117,8 +118,8 @@ describe('the validator against cheaters', () => {
           return firstWorked < 0 ? 0 : settled.filter((e) => e >= firstWorked).length;
         },
         // Settlement waits for the audits of every round with work in the epoch and the next: every round of 26 miners
-        // keeps this validator busy. (Up to three epochs more when the first had no work: on two busy cores the swarm's start has
-        // taken four minutes, its first microbatches a few a minute.)
+        // keeps this validator busy. (Up to three epochs more when the first had no work: on two busy cores the swarm's
+        // start has taken four minutes, its first microbatches a few a minute.)
         { timeout: 8 * EPOCH_MS + SETTLE_AFTER_MS + 540_000, interval: 10_000 },
       )
       .toBeGreaterThanOrEqual(3);
