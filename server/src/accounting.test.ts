@@ -67,4 +67,35 @@ describe('work accounting', () => {
     await work([A, B2, C], 5, at(5));
     expect(await paid(at(4), at(6))).toEqual({ [A]: 5, [B2]: 5, [C]: 5 });
   });
+
+  it("leaves unpaid what a miner's restart left unauditable: its previous process's work in the round under way, and, with an audit open then, all its work before it", async () => {
+    const restart = (when: Date, forfeited: number): Promise<unknown> =>
+      app.db.query('INSERT INTO miner_restarts (run_id, miner_id, at, stage, forfeited) VALUES ($1, $2, $3, 1, $4)', [runId, B1, when, forfeited]);
+    const before = await paid(at(0), at(4));
+    // Round 4 (minutes 6–8): B1's process restarts at minute 7; the new one's work after it is committed and merged.
+    await draw(4, 0.5);
+    await work([A, B1, C], 2, at(6.5));
+    await restart(at(7), 0);
+    await work([A, B1, C], 3, at(7.5));
+    await commit(4, B1);
+    await close(4, at(8), 'h4', { [B1]: 'h4' });
+    expect(await paid(at(6), at(8))).toEqual({ [A]: 5, [B1]: 3, [C]: 5 });
+    expect(await paid(at(0), at(4))).toEqual(before);
+    // Round 5 (minutes 8–10): it restarts again after the round closed, with an audit of it open (forfeited): none of its
+    // work before then is paid, in any round not settled yet; its partners' is.
+    await draw(5, 0.5);
+    await work([A, B1, C], 4, at(9));
+    await commit(5, B1);
+    await close(5, at(10), 'h5', { [B1]: 'h5' });
+    expect((await paid(at(0), at(10)))[B1]).toBe(12);
+    await restart(at(10.5), 1);
+    expect((await paid(at(0), at(10)))[B1]).toBeUndefined();
+    expect(await paid(at(8), at(10))).toEqual({ [A]: 4, [C]: 4 });
+    // Its new process's work is paid as anyone's.
+    await draw(6, 0.5);
+    await work([A, B1, C], 2, at(11));
+    await commit(6, B1);
+    await close(6, at(12), 'h6', { [B1]: 'h6' });
+    expect(await paid(at(10), at(12))).toEqual({ [A]: 2, [B1]: 2, [C]: 2 });
+  });
 });

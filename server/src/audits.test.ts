@@ -218,4 +218,10 @@ describe("an audited round's window of sends", () => {
     // it committed neither) are not this round's.
     expect(roundWindow({ anchorRound: 2, anchorEnded: t(82), given: t(5) })).toEqual({ from: t(82).toISOString(), by: 'anchor-closed' });
   });
+  it("of the first round a restarted miner's new process committed, starts at the restart: its previous process's sends are in no record it has", () => {
+    // e2e/webgpu.test.ts's drill: the tab's GPU device is lost mid-round and a new miner goes on on WASM under the same key.
+    expect(roundWindow({ anchorRound: 3, anchorMerged: t(40).toISOString(), anchorEnded: t(41), previousReady: t(30), given: t(0), restarted: t(50) })).toEqual({ from: t(50).toISOString(), by: 'restarted' });
+    // A restart before the round's own start bounds nothing.
+    expect(roundWindow({ anchorRound: 3, anchorMerged: t(40).toISOString(), restarted: t(35) })).toEqual({ from: t(40).toISOString(), by: 'anchor-merged' });
+  });
 });

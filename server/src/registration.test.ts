@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -153,6 +154,40 @@ describe('coordinator: registration and stage assignment', () => {
     const other = await open();
     await request(other, 'hello', { v: PROTOCOL_VERSION, publicKey: miner.publicKey });
     expect(await rejection(request(other, 'register', message))).toBe('OUT_OF_PHASE');
+  });
+
+  it('tells a restart (another process under the same key) from a reconnection: its open audits are forfeited, never flagged, and so is one drawn as it restarted', async () => {
+    const miner = generateIdentity();
+    const [first, second] = ['a'.repeat(32), 'b'.repeat(32)];
+    const { minerId, stage, runId } = await register(await open(), miner, { backend: 'wasm', tokensPerSec: 1, instance: first });
+    const audit = async (round: number, seconds: number): Promise<string> => {
+      const auditId = randomBytes(16).toString('hex');
+      await app.db.query(`INSERT INTO audits (id, run_id, stage, round, miner_id, status, deadline) VALUES ($1, $2, $3, $4, $5, 'open', now() + make_interval(secs => $6))`, [auditId, runId, stage, round, minerId, seconds]);
+      return auditId;
+    };
+    const row = async (auditId: string) => (await app.db.query<{ status: string; reason: string | null }>('SELECT status, reason FROM audits WHERE id = $1', [auditId]))[0];
+    const open1 = await audit(1, 60);
+    // A reconnection of the same process (its instance unchanged, or not named): nothing changes.
+    expect((await register(await open(), miner, { backend: 'wasm', tokensPerSec: 1, instance: first })).restarted).toBeUndefined();
+    expect((await register(await open(), miner, { backend: 'wasm', tokensPerSec: 1 })).restarted).toBeUndefined();
+    expect(await row(open1)).toEqual({ status: 'open', reason: null });
+    // Round 2 committed by the first process, then drawn just as it restarted (its audit expires below).
+    await app.db.query(`INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at) VALUES ($1, $2, 2, $3, 'w', 'o', now())`, [runId, stage, minerId]);
+    // Another process under the same key: a restart, on the stage it held.
+    const again = await register(await open(), miner, { backend: 'wasm', tokensPerSec: 1, instance: second });
+    expect(again.restarted).toEqual({ forfeited: 1 });
+    expect(again.stage).toBe(stage);
+    expect(await row(open1)).toEqual({ status: 'forfeited', reason: 'RESTARTED' });
+    const drawnLate = await audit(2, -1);
+    await app.validator.audits.tick();
+    expect(await row(drawnLate)).toEqual({ status: 'forfeited', reason: 'RESTARTED' });
+    expect(await app.db.query('SELECT stage, forfeited FROM miner_restarts WHERE miner_id = $1', [minerId])).toEqual([{ stage, forfeited: 2 }]);
+    // One drawn from a round the new process committed, unanswered while it is here, is its own fault.
+    await app.db.query(`INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at) VALUES ($1, $2, 3, $3, 'w', 'o', now())`, [runId, stage, minerId]);
+    const unanswered = await audit(3, -1);
+    await app.validator.audits.tick();
+    expect(await row(unanswered)).toEqual({ status: 'unanswered', reason: 'AUDIT_UNANSWERED' });
+    expect(await app.db.query<{ kind: string }>('SELECT kind FROM flags WHERE miner_id = $1', [minerId])).toEqual([{ kind: 'AUDIT_UNANSWERED' }]);
   });
 
   it('records receipts from both ends; agreement confirms a transfer, disagreement is a dispute', async () => {

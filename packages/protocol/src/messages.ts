@@ -44,7 +44,7 @@ export const ClientEvents = {
   ice: Type.Object({ v: Version }, { additionalProperties: false }),
   /** Asks for a registration challenge. */
   hello: Type.Object({ v: Version, publicKey: Hex32 }, { additionalProperties: false }),
-  /** Answers the challenge: a signature over { challenge, publicKey, backend, tokensPerSec }. */
+  /** Answers the challenge: a signature over { challenge, publicKey, backend, tokensPerSec, instance }. */
   register: Type.Object(
     {
       v: Version,
@@ -52,6 +52,12 @@ export const ClientEvents = {
       challenge: Hex32,
       backend: Backend,
       tokensPerSec: Type.Number({ minimum: 0, maximum: 1e9 }),
+      /**
+       * This miner process's own random id (a Miner object's, kept across its reconnections): another one under the
+       * same key is a restart (a reloaded tab, a lost GPU device's fallback, a restarted Node miner), whose optimizer
+       * state and round records are new. Absent: the same process as before.
+       */
+      instance: Type.Optional(Type.String({ pattern: '^[0-9a-f]{32}$' })),
       signature: Hex64,
     },
     { additionalProperties: false },

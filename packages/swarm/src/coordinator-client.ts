@@ -13,6 +13,8 @@ export interface Registration {
   ice?: IceConfig;
   /** How often the coordinator wants a heartbeat (its operator's setting). */
   heartbeatMs?: number;
+  /** This registration was another process than the key's last one: a restart, and how many of its audits it forfeited. */
+  restarted?: { forfeited: number };
 }
 
 /** Fresh ICE servers and TURN credentials for this registered miner. */
@@ -70,9 +72,9 @@ export async function request<T>(socket: Socket, event: string, payload: unknown
  * The registration handshake: hello with the public key, receive a one-use
  * challenge, answer with a signature over it and this miner's capabilities.
  */
-export async function register(socket: Socket, identity: Identity, info: { backend: BackendName; tokensPerSec: number }): Promise<Registration> {
+export async function register(socket: Socket, identity: Identity, info: { backend: BackendName; tokensPerSec: number; instance?: string }): Promise<Registration> {
   const { challenge } = await request<{ challenge: string }>(socket, 'hello', { v: PROTOCOL_VERSION, publicKey: identity.publicKey });
-  const signed = { publicKey: identity.publicKey, challenge, backend: info.backend, tokensPerSec: info.tokensPerSec };
+  const signed = { publicKey: identity.publicKey, challenge, backend: info.backend, tokensPerSec: info.tokensPerSec, ...(info.instance ? { instance: info.instance } : {}) };
   return request<Registration>(socket, 'register', { v: PROTOCOL_VERSION, ...signed, signature: identity.sign('register', signed) });
 }
 

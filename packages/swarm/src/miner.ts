@@ -211,6 +211,12 @@ export class Miner {
   /** Recent gaps between transfers (ms): how long this stage usually waits for its next microbatch. */
   private readonly gaps: number[] = [];
 
+  /**
+   * This Miner's own id, sent with every registration (its reconnections keep it): a new one under the same key tells
+   * the coordinator this is a restart, with a fresh optimizer state and none of the previous one's round records.
+   */
+  readonly instance = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+
   constructor(private readonly o: MinerOptions) {}
 
   /** What this miner is doing now: phase (and why, when waiting or idle), stage, peers, work and traffic. */
@@ -374,11 +380,15 @@ export class Miner {
     socket.on('connect_error', (e: Error) => {
       if (this.unreachable) this.unreachable.error = e.message;
     });
-    const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec })) as Registration & { layout: RunLayout };
+    const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec, instance: this.instance })) as Registration & { layout: RunLayout };
     this.registration = registration;
     this.stageRound = registration.rounds?.[registration.stage] ?? 0;
     const { minerId, stage, layout } = registration;
     log(`registered as ${minerId.slice(0, 8)}…, stage ${stage + 1} of ${layout.stages} (${layout.preset}, b=${layout.bottleneck}, ${boundaryCodec(layout)})`);
+    if (registration.restarted) {
+      const { forfeited } = registration.restarted;
+      log(`a restart under this key: the previous process's work in the round under way is not paid${forfeited ? `, and the ${forfeited} audit${forfeited > 1 ? 's' : ''} it left open forfeit${forfeited > 1 ? '' : 's'} its unsettled work` : ''}`);
+    }
 
     const meshOptions: MeshOptions = {
       selfId: minerId,
@@ -855,7 +865,7 @@ export class Miner {
    */
   private async rejoin(socket: Socket): Promise<void> {
     try {
-      const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec });
+      const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec, instance: this.instance });
       this.rejoined++;
       // A restarted coordinator may name other ICE servers, or mint with another secret.
       if (again.ice) {

@@ -450,4 +450,23 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       ALTER TABLE audits ADD COLUMN replay_seen timestamptz;
     `,
   },
+  {
+    version: 21,
+    name: 'miners restarted under the same identity',
+    sql: `
+      -- The miner process a registration came from (register's instance): another one under the same key is a
+      -- restart, whose optimizer state and round records are new (validator/audits.ts, accounting.ts).
+      ALTER TABLE miners ADD COLUMN instance text;
+      -- Each restart: when, on which stage, and how many of its audits were open then (unanswerable by the new
+      -- process: forfeited, and with them every unsettled epoch's work before the restart).
+      CREATE TABLE miner_restarts (
+        run_id integer NOT NULL REFERENCES runs(id),
+        miner_id text NOT NULL,
+        at timestamptz NOT NULL DEFAULT now(),
+        stage integer NOT NULL,
+        forfeited integer NOT NULL DEFAULT 0
+      );
+      CREATE INDEX miner_restarts_by_miner ON miner_restarts (run_id, miner_id, at);
+    `,
+  },
 ];

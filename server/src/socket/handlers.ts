@@ -10,6 +10,7 @@ import { iceFor, type NetworkSettings, type RelayBudget } from '../network';
 import type { PhaseMachine } from '../phases';
 import type { MinerChannel, RunContext } from '../run-state';
 import { stageRoom, type StageMapFeed } from '../stage-map';
+import { recordRestart } from '../validator/audits';
 import type { Flags } from '../validator/flags';
 import type { Ack } from './ack';
 
@@ -105,7 +106,7 @@ export async function register({ host, socket, state, held }: EventContext, msg:
     throw new ProtocolError('UNSUITABLE_BACKEND', `this run trains the ${preset} preset, which does not run on ${msg.backend}: join it from a device with WebGPU`);
   }
   const minerId = msg.publicKey.slice(2).toLowerCase();
-  const stage = await host.db.transaction(async (tx) => {
+  const { stage, restarted } = await host.db.transaction(async (tx) => {
     // One assignment at a time per run: concurrent registrations on a PostgreSQL server each read the
     // same counts and crowded one stage (PGlite runs one transaction at a time anyway).
     await tx.query('SELECT pg_advisory_xact_lock($1, $2)', [ASSIGNMENT_LOCK, host.runId]);
@@ -114,7 +115,7 @@ export async function register({ host, socket, state, held }: EventContext, msg:
     // miners coming back one by one after a restart were shuffled across stages, and a cheater reconnecting
     // under load landed on a stage where its cheat could not act. A stage left empty is refilled by
     // Coordinator.rebalanceStages, as after any departure.
-    const [previous] = await tx.query<{ stage: number; status: string }>('SELECT stage, status FROM miners WHERE id = $1 AND run_id = $2', [minerId, host.runId]);
+    const [previous] = await tx.query<{ stage: number; status: string; instance: string | null }>('SELECT stage, status, instance FROM miners WHERE id = $1 AND run_id = $2', [minerId, host.runId]);
     if (previous?.status === 'flagged') throw new ProtocolError('FLAGGED', 'the validator flagged this miner; see /api/miners/<id>/score for why');
     const assigned =
       previous && previous.stage < host.run.stages
@@ -128,13 +129,15 @@ export async function register({ host, socket, state, held }: EventContext, msg:
             ),
           );
     await tx.query(
-      `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status, connection)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8)
+      `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status, connection, instance)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9)
        ON CONFLICT (id) DO UPDATE SET run_id = $2, backend = $5, tokens_per_sec = $6, stage = $7, status = 'active', last_seen_at = now(), connection = $8,
-         stage_since = CASE WHEN miners.stage = $7 THEN miners.stage_since ELSE now() END`,
-      [minerId, host.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned, socket.id],
+         stage_since = CASE WHEN miners.stage = $7 THEN miners.stage_since ELSE now() END, instance = coalesce($9, miners.instance)`,
+      [minerId, host.runId, msg.publicKey, encodeAddress(msg.publicKey, 42), msg.backend, msg.tokensPerSec, assigned, socket.id, msg.instance ?? null],
     );
-    return assigned;
+    // Another process under this key (a reloaded tab, a lost GPU device's fallback, a restarted miner): a restart.
+    const restarted = previous?.instance && msg.instance && msg.instance !== previous.instance ? await recordRestart(tx, host.runId, minerId, previous.stage) : undefined;
+    return { stage: assigned, restarted };
   });
   if (socket.disconnected) {
     // It closed while the registration was being stored: its departure found no miner then, so record it now
@@ -152,7 +155,11 @@ export async function register({ host, socket, state, held }: EventContext, msg:
   if (older && older !== socket) older.disconnect(true);
   // Joined, answered and sent the stages it talks to in one go: every delta after this snapshot reaches it.
   socket.join(stageRoom(stage));
-  ack({ ok: true, minerId, stage, runId: host.runId, layout: host.run, rounds: host.phases.status().map((s) => s.round), ice: iceFor(host.network, minerId), heartbeatMs: host.heartbeatMs });
+  if (restarted) host.log.info({ minerId, forfeited: restarted.forfeited }, 'miner restarted under the same identity');
+  ack({
+    ok: true, minerId, stage, runId: host.runId, layout: host.run, rounds: host.phases.status().map((s) => s.round), ice: iceFor(host.network, minerId), heartbeatMs: host.heartbeatMs,
+    ...(restarted ? { restarted } : {}),
+  });
   socket.emit('stages', host.stageFeed.snapshot(stage));
   await host.publishStageMap();
 }

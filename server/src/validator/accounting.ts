@@ -26,7 +26,8 @@ export interface VerifiedMicrobatch {
  *     round the miner never committed (it stayed out of the merge, or was
  *     not ready in time) or that has not closed yet is work nobody could
  *     check: unpaid, as a cheat that never commits would otherwise be paid
- *     without ever being audited.
+ *     without ever being audited; and
+ *   - no restart of the miner left it unauditable (restartWindows).
  * Returns the microbatches and each miner's count.
  */
 export async function verifiedWork(db: Queryable, runId: number, from: Date, to: Date): Promise<{ microbatches: VerifiedMicrobatch[]; work: Map<string, number> }> {
@@ -50,6 +51,7 @@ export async function verifiedWork(db: Queryable, runId: number, from: Date, to:
   );
   const excluded = await disputedWindows(db, runId);
   const drawable = await drawableRounds(db, runId);
+  const restarts = await restartWindows(db, runId);
   const microbatches: VerifiedMicrobatch[] = [];
   const work = new Map<string, number>();
   for (const r of rows) {
@@ -62,6 +64,7 @@ export async function verifiedWork(db: Queryable, runId: number, from: Date, to:
       const windows = excluded.get(`${stage}:${miner}`) ?? [];
       if (windows.some(([a, b]) => at >= a && at <= b)) continue;
       if (!drawable.mayPay(stage, miner, at)) continue;
+      if (restarts.unpaid(stage, miner, at)) continue;
       work.set(miner, (work.get(miner) ?? 0) + 1);
     }
   }
@@ -90,6 +93,34 @@ async function disputedWindows(db: Queryable, runId: number): Promise<Map<string
     out.set(key, [...(out.get(key) ?? []), window]);
   }
   return out;
+}
+
+/**
+ * Work a miner's restart leaves unpaid (validator/audits.ts, recordRestart): on the stage it held, its previous
+ * process's work in the round in progress then (no record of it is left to audit; the new process's first round is
+ * audited from the restart on); and, when it had audits open then (forfeited), all its work before the restart
+ * that is not settled yet: a drawn audit dodged by a restart costs the window, as a failed one does.
+ */
+async function restartWindows(db: Queryable, runId: number): Promise<{ unpaid: (stage: number, miner: string, at: Date) => boolean }> {
+  const rows = await db.query<{ miner_id: string; stage: number; at: Date; forfeited: number; round_began: Date | null }>(
+    `SELECT x.miner_id, x.stage, x.at, x.forfeited,
+            (SELECT max(e.ended_at) FROM epochs e WHERE e.run_id = x.run_id AND e.stage = x.stage AND e.ended_at <= x.at) AS round_began
+     FROM miner_restarts x WHERE x.run_id = $1 AND EXISTS (SELECT 1 FROM audit_rounds a WHERE a.run_id = x.run_id AND a.rate > 0)`,
+    [runId],
+  );
+  const byMiner = new Map<string, typeof rows>();
+  for (const r of rows) byMiner.set(r.miner_id, [...(byMiner.get(r.miner_id) ?? []), r]);
+  return {
+    unpaid: (stage, miner, at) => {
+      const t = at.getTime();
+      return (byMiner.get(miner) ?? []).some((r) => {
+        const restartedAt = new Date(r.at).getTime();
+        if (t > restartedAt) return false;
+        if (r.forfeited > 0) return true;
+        return r.stage === stage && t >= new Date(r.round_began ?? 0).getTime();
+      });
+    },
+  };
 }
 
 /**

@@ -4,6 +4,7 @@ import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, 
 import { PRESETS, countStageParameters, stageSpecs } from '@train-at-home/model';
 import { randomBytes } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
+import type { Queryable } from '../db/database';
 import type { ValidatorProcess } from './client';
 import type { AuditJob } from './compute';
 
@@ -70,7 +71,7 @@ export class AuditError extends Error {
 }
 
 /** Where the window of a round's sends (those its record must hold) comes from (kept with the verdict: evidence for an AUDIT_INCOMPLETE). */
-export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' | 'stage-given' | 'none';
+export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' | 'stage-given' | 'restarted' | 'none';
 
 /**
  * When a miner's audited round began, as the coordinator saw it: the sends it confirmed from then until its
@@ -81,9 +82,18 @@ export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' 
  *     that merge, and what it sent until the round closed is paid as the anchor round's or earlier (accounting.ts,
  *     drawableRounds), not this one's. This holds with no previous merge-ready as well: a replica whose merge-ready
  *     for the anchor was refused (late for it) closed its record all the same and commits the next round from there;
- *   - a round begun by taking the stage up: from when it was given the stage, after a grace (`stage-given`).
+ *   - a round begun by taking the stage up: from when it was given the stage, after a grace (`stage-given`);
+ *   - and never before the miner's restart, when this is the first round its new process committed (`restarted`):
+ *     what its previous process sent before is in no record it has (and is not paid: accounting.ts, restarts).
  */
-export function roundWindow(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null }): { from: string; by: WindowSource } {
+export function roundWindow(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null; restarted?: Date | string | null }): { from: string; by: WindowSource } {
+  const iso = (t: Date | string): string => new Date(t).toISOString();
+  const found = roundWindowBeforeRestart(w);
+  if (w.restarted && new Date(w.restarted) > new Date(found.from)) return { from: iso(w.restarted), by: 'restarted' };
+  return found;
+}
+
+function roundWindowBeforeRestart(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null }): { from: string; by: WindowSource } {
   const iso = (t: Date | string): string => new Date(t).toISOString();
   if (w.anchorMerged) return { from: iso(w.anchorMerged), by: 'anchor-merged' };
   // (A stage taken up from a checkpoint of the anchor round: that round closed before the miner came.)
@@ -168,7 +178,12 @@ export class Auditor {
   async roundClosed(stage: number, round: number, participants: string[]): Promise<void> {
     await this.commit(stage, round + 1);
     if (this.rate <= 0) return;
-    const committed = await this.c.db.query<{ miner_id: string }>('SELECT miner_id FROM round_commitments WHERE run_id = $1 AND stage = $2 AND round = $3', [this.c.runId, stage, round]);
+    // A replica restarted since it committed the round (restarts, below) keeps no record of it: not drawn, and not paid for it (accounting.ts).
+    const committed = await this.c.db.query<{ miner_id: string }>(
+      `SELECT miner_id FROM round_commitments c WHERE run_id = $1 AND stage = $2 AND round = $3
+         AND NOT EXISTS (SELECT 1 FROM miner_restarts x WHERE x.run_id = c.run_id AND x.miner_id = c.miner_id AND x.at > c.ready_at)`,
+      [this.c.runId, stage, round],
+    );
     const eligible = committed.map((r) => r.miner_id).filter((id) => participants.includes(id));
     // Replicas with too few audits passed yet are drawn at the full rate (PROVEN_AUDITS, unprovenAuditRate): named with the reveal, so anyone can check the draw.
     const passed = await passedAudits(this.c, eligible, { inFlight: true });
@@ -280,7 +295,14 @@ export class Auditor {
     // A round begun by taking the stage up: from when it was given the stage, after a grace for its previous
     // stage's sends still arriving (a miner moved mid-round sent them as another stage).
     const [given] = await c.db.query<{ at: Date }>(`SELECT stage_since + make_interval(secs => $3) AS at FROM miners WHERE id = $1 AND run_id = $2`, [minerId, c.runId, STAGE_TAKEN_GRACE_MS / 1000]);
-    const window = { anchorRound: record.anchorRound, ...roundWindow({ anchorRound: record.anchorRound, anchorMerged: anchor?.at, anchorEnded: anchor?.ended, previousReady: previous?.at, given: given?.at }), to: end?.ready_at ? new Date(end.ready_at).toISOString() : null };
+    // The first round its process committed after a restart (none committed since): begun then, from a fresh optimizer state.
+    const [restart] = await c.db.query<{ at: Date | null }>('SELECT max(at) AS at FROM miner_restarts WHERE run_id = $1 AND miner_id = $2 AND at <= $3', [c.runId, minerId, end?.ready_at ?? new Date()]);
+    const restarted = restart?.at && (!previous?.at || new Date(previous.at) < new Date(restart.at)) ? restart.at : null;
+    const window = {
+      anchorRound: record.anchorRound,
+      ...roundWindow({ anchorRound: record.anchorRound, anchorMerged: anchor?.at, anchorEnded: anchor?.ended, previousReady: previous?.at, given: given?.at, restarted }),
+      to: end?.ready_at ? new Date(end.ready_at).toISOString() : null,
+    };
     const from = window.from;
     let startWeights: Uint8Array | undefined;
     // The record is the one committed: it starts where the miner said, with merge-ready, its round began.
@@ -361,8 +383,10 @@ export class Auditor {
       ...(startWeights ? { startWeights } : {}),
       // The optimizer state it committed with the merge-ready of the round it started from; without one (a merge-ready
       // the coordinator never took, its round kept closed by the miner), the one it committed it started from, with
-      // this round's merge-ready (before the draw); neither (a stage taken up afresh): a fresh one.
-      startStateHash: start?.optimizer_hash ?? end?.start_optimizer ?? null,
+      // this round's merge-ready (before the draw); neither (a stage taken up afresh), or a restart since that merge
+      // (its previous process's state went with it; no other start is let in, or it could be one chosen to steer the
+      // round): a fresh one.
+      startStateHash: restarted ? null : (start?.optimizer_hash ?? end?.start_optimizer ?? null),
       endWeightsHash: end?.weights_hash ?? '',
       endStateHash: end?.optimizer_hash ?? '',
       transfers: transfers.map((t) => ({ direction: t.direction, activationId: t.activation_id, from: t.from_miner, to: t.to_miner, payloadHash: t.payload_hash, reporter: t.reporter, inRound: t.in_round })),
@@ -449,6 +473,9 @@ export class Auditor {
           await this.finish(a.id, 'abandoned', 'MINER_LEFT', {}, 0);
           continue;
         }
+        // Drawn as its miner restarted (the draw read the commitments before the restart was stored): forfeited, as
+        // one open at the restart is (recordRestart), not flagged: the new process never had the record.
+        if (await this.c.db.transaction((tx) => forfeitForRestart(tx, this.c.runId, a))) continue;
         await this.finish(a.id, 'unanswered', 'AUDIT_UNANSWERED', {}, 0);
         this.stats.unanswered++;
         await this.c.flags.raise(a.miner_id, 'AUDIT_UNANSWERED', `did not upload the record of its round ${a.round} on stage ${a.stage + 1} within the audit's deadline`, { auditId: a.id, stage: a.stage, round: a.round });
@@ -472,4 +499,47 @@ async function passedAudits(c: Coordinator, minerIds: string[], { inFlight = fal
     [c.runId, minerIds, PROVEN_STEPS, inFlight],
   );
   return new Map(rows.map((r) => [r.miner_id, r.n]));
+}
+
+/**
+ * A miner registered from another process than before under the same key (register's `instance`: a reloaded tab, a
+ * lost GPU device's fallback, a restarted Node miner): its optimizer state and round records went with the old one.
+ * Recorded (miner_restarts), inside the registration's transaction, with what follows from it:
+ *   - its audits open now cannot be answered: forfeited (status 'forfeited', RESTARTED), not flagged, and with them
+ *     every unsettled epoch's work of it before now (accounting.ts): what a failed audit costs, less the flag, so a
+ *     cheat cannot restart its way out of a drawn audit for less than a failure costs;
+ *   - rounds it committed before now and closed after are not drawn (Auditor.roundClosed) and not paid;
+ *   - the round in progress now is not paid for its previous process's work in it (accounting.ts), and the first
+ *     round the new process commits is audited from now, from the agreed weights and a fresh optimizer state.
+ */
+export async function recordRestart(tx: Queryable, runId: number, minerId: string, stage: number): Promise<{ forfeited: number }> {
+  const forfeited = await tx.query<{ id: string }>(
+    `UPDATE audits SET status = 'forfeited', reason = 'RESTARTED', finished_at = now(),
+       detail = coalesce(detail, '{}'::jsonb) || '{"why":"its miner restarted before answering: the new process has no record of the round"}'::jsonb
+     WHERE run_id = $1 AND miner_id = $2 AND status = 'open' RETURNING id`,
+    [runId, minerId],
+  );
+  await tx.query('INSERT INTO miner_restarts (run_id, miner_id, stage, forfeited) VALUES ($1, $2, $3, $4)', [runId, minerId, stage, forfeited.length]);
+  return { forfeited: forfeited.length };
+}
+
+/** An expired audit of a round its miner committed before a restart: forfeited, its window's work with it (recordRestart). */
+async function forfeitForRestart(tx: Queryable, runId: number, a: { id: string; miner_id: string; stage: number; round: number }): Promise<boolean> {
+  // The first restart after the round's commitment (compared in SQL: a timestamp read into JS loses its microseconds).
+  const restart = await tx.query(
+    `UPDATE miner_restarts SET forfeited = forfeited + 1
+     WHERE run_id = $1 AND miner_id = $2 AND at = (
+       SELECT min(x.at) FROM miner_restarts x JOIN round_commitments c ON c.run_id = x.run_id AND c.miner_id = x.miner_id
+       WHERE x.run_id = $1 AND x.miner_id = $2 AND c.stage = $3 AND c.round = $4 AND x.at > c.ready_at)
+     RETURNING at`,
+    [runId, a.miner_id, a.stage, a.round],
+  );
+  if (restart.length === 0) return false;
+  await tx.query(
+    `UPDATE audits SET status = 'forfeited', reason = 'RESTARTED', finished_at = now(),
+       detail = coalesce(detail, '{}'::jsonb) || '{"why":"its miner restarted before answering: the new process has no record of the round"}'::jsonb
+     WHERE id = $1`,
+    [a.id],
+  );
+  return true;
 }
