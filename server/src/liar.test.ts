@@ -169,11 +169,17 @@ describe('a lying owner in a real merge', () => {
   });
 
   it('a round whose start was never reported (every report of its merge lost) is audited from the start committed with merge-ready', async () => {
-    // Stage 2's three honest replicas, every one drawn (while the validator keeps up).
+    // Stage 2's three honest replicas, every one drawn in the rounds under test, and nobody in others: the run's rate is
+    // set next to nothing (0 turns the draw off), the validator works off what it holds, and each round that begins
+    // from an unreported merge is committed, before it closes, to a draw at rate 1 (its audit_rounds row, as the
+    // coordinator writes it at that rate). Drawing every round of both stages at rate 1 instead, the validator fell
+    // behind with each round, and the audit this waits for was decided 270 s in (more in the fresh-clone CI).
     const replicas = miners.filter((m) => m.registration?.stage === 1);
     expect(replicas.length).toBe(3);
     const ids = replicas.map((m) => m.registration!.minerId);
-    app.coordinator.run.incentives.auditRate = 1;
+    const auditRate = app.coordinator.run.incentives.auditRate;
+    app.coordinator.run.incentives.auditRate = 1e-9;
+    await expect.poll(async () => (await app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND status IN ('open', 'replaying')`, [app.coordinator.runId]))[0]!.n, { timeout: 300_000, interval: 1000 }).toBe(0);
     // From the next merge round on, every other round's reports go nowhere, with the connections up: nobody sends
     // one again, such a round has no agreed weights, and the weights the round after it starts from were reported by
     // nobody. (The rounds between are reported: only replicas that merged with the majority are drawn.)
@@ -186,15 +192,24 @@ describe('a lying owner in a real merge', () => {
       });
     }
     type Audit = { round: number; miner_id: string; status: string; reason: string | null; detail: unknown };
-    const audited = async (): Promise<Audit[]> =>
+    const audited = async ({ decided }: { decided: boolean }): Promise<Audit[]> =>
       app.db.query<Audit>(
-        `SELECT round, miner_id, status, reason, detail FROM audits WHERE stage = 1 AND round > $1 AND (round - $1) % 2 = 1 AND miner_id = ANY($2::text[]) AND status NOT IN ('open', 'replaying') ORDER BY round`,
-        [lost, ids],
+        `SELECT round, miner_id, status, reason, detail FROM audits WHERE stage = 1 AND round > $1 AND (round - $1) % 2 = 1 AND miner_id = ANY($2::text[])
+           AND (NOT $3 OR status NOT IN ('open', 'replaying')) ORDER BY round`,
+        [lost, ids, decided],
       );
-    // Audits of rounds that began from an unreported merge, answered and replayed (the rate is halved while the validator
-    // is behind: not every round is drawn). The fresh-clone CI took 220 s of the 300 s this once waited: up to 480 s.
+    // Audits of rounds that began from an unreported merge, drawn, then answered and replayed.
+    const started = Date.now();
+    const arm = setInterval(() => {
+      void app.db.query(`UPDATE audit_rounds SET rate = 1, full_rate = 1 WHERE run_id = $1 AND stage = 1 AND round > $2 AND (round - $2) % 2 = 1 AND revealed_at IS NULL`, [app.coordinator.runId, lost]);
+    }, 200);
     await expect
-      .poll(async () => (await audited()).length, { timeout: 480_000, interval: 1000 })
+      .poll(async () => (await audited({ decided: false })).length, { timeout: 480_000, interval: 1000 })
+      .toBeGreaterThanOrEqual(1)
+      .finally(() => clearInterval(arm));
+    console.log(`liar: an audit of a round begun from an unreported merge drawn after ${Math.round((Date.now() - started) / 1000)} s`);
+    await expect
+      .poll(async () => (await audited({ decided: true })).length, { timeout: 480_000, interval: 1000 })
       .toBeGreaterThanOrEqual(1)
       .catch(async (e: unknown) => {
         console.log(`liar: reports lost from round ${lost}; rounds now ${JSON.stringify(app.coordinator.phases.status())}`);
@@ -202,7 +217,8 @@ describe('a lying owner in a real merge', () => {
         console.log(`liar: rounds ${JSON.stringify(await app.db.query('SELECT epoch, participants, merged_hash, merged_hashes FROM epochs WHERE stage = 1 AND epoch >= $1 ORDER BY epoch', [lost]))}`);
         throw e;
       });
-    const audits = await audited();
+    console.log(`liar: and decided after ${Math.round((Date.now() - started) / 1000)} s`);
+    const audits = await audited({ decided: true });
     expect(audits.map((a) => [a.status, a.reason]), JSON.stringify(audits)).toEqual(audits.map(() => ['passed', null]));
     let fromMerged = 0;
     for (const a of audits) {
@@ -220,6 +236,7 @@ describe('a lying owner in a real merge', () => {
       if (merge && start!.start_hash === merge.hash && start!.start_hash !== anchor!.own) fromMerged++;
     }
     expect(fromMerged).toBeGreaterThan(0);
+    app.coordinator.run.incentives.auditRate = auditRate;
   });
   it('a merge-ready the coordinator stored but did not answer in time (or took after the miner gave up on it) still commits the round: the replica takes part in the merge and holds the agreed weights', async () => {
     // Stage 1's honest replicas (stage 2's merge reports are being lost on purpose by the test before). One's
