@@ -30,5 +30,6 @@ echo "test-postgres: PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') 
 # this server on the host's loopback). Every other server test (money, schemas, restarts, checkpoints' bytes, validator,
 # hardening) runs again here. Pass a file to run only that one (e.g. server/src/replicas.test.ts).
 SWARM_ONLY=(replicas adversarial churn rebalance liar centered-clip phases mesh pipeline nat)
-if [ $# -gt 0 ]; then TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" npx vitest run "$@"
-else TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" npx vitest run server $(printf -- '--exclude server/src/%s.test.ts ' "${SWARM_ONLY[@]}"); fi
+# (scripts/vitest-run.sh: a file whose test worker died under it, and nothing else went wrong, runs once more.)
+if [ $# -gt 0 ]; then TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" bash scripts/vitest-run.sh "$@"
+else TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" bash scripts/vitest-run.sh server $(printf -- '--exclude server/src/%s.test.ts ' "${SWARM_ONLY[@]}"); fi

@@ -1,6 +1,6 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { relative } from 'node:path';
-import type { Reporter, TestModule } from 'vitest/node';
+import type { Reporter, SerializedError, TestModule } from 'vitest/node';
 
 /** The largest resident memory (MiB) among this process's children (the test workers), from /proc (Linux; elsewhere 0). */
 function largestChildRss(): number {
@@ -32,6 +32,9 @@ function largestChildRss(): number {
  * with the largest resident memory its worker process was seen at (sampled every 5 s), which tells
  * a worker that ran out of memory from one that crashed.
  */
+/** Vitest's error when a test worker's process died under it (its cause, as the run's unhandled error carries it). */
+const WORKER_EXITED = 'Worker exited unexpectedly';
+
 export default class OutcomesReporter implements Reporter {
   private readonly started = new Map<string, number>();
   /** Largest worker RSS seen while each file ran (files run one at a time: fileParallelism false). */
@@ -59,14 +62,19 @@ export default class OutcomesReporter implements Reporter {
     this.peakRss.set(this.running, Math.max(this.peakRss.get(this.running) ?? 0, largestChildRss()));
   }
 
-  onTestRunEnd(modules: ReadonlyArray<TestModule>): void {
+  onTestRunEnd(modules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError> = []): void {
     clearInterval(this.timer);
     const lines: string[] = [];
+    /** Files cut short by their worker's death, with no test of theirs failed (scripts/vitest-run.sh runs them once more). */
+    const crashed: string[] = [];
+    let otherwise = false;
     for (const module of modules) {
       const state = module.state();
       if (state === 'passed' || state === 'skipped') continue;
       const counts = new Map<string, number>();
       for (const t of module.children.allTests()) counts.set(t.result().state, (counts.get(t.result().state) ?? 0) + 1);
+      if (state === 'pending' && !counts.has('failed') && module.errors().length === 0) crashed.push(relative(process.cwd(), module.moduleId));
+      else otherwise = true;
       const byState = [...counts].map(([s, n]) => `${n} ${s}`).join(', ') || 'none collected';
       const errors = module.errors().map((e) => e.message.split('\n')[0]);
       const since = this.started.get(module.moduleId);
@@ -80,5 +88,10 @@ export default class OutcomesReporter implements Reporter {
       );
     }
     if (lines.length > 0) process.stdout.write(`\n${lines.join('\n')}\n`);
+    // Only a run whose every unpassed file was cut short by a worker that exited, and whose every unhandled error is
+    // that exit, names them for scripts/vitest-run.sh: a failed test, or any other error, is never run again.
+    const workerExits = unhandledErrors.every((e) => [e.message, (e as { cause?: { message?: string } }).cause?.message].some((m) => m?.includes(WORKER_EXITED)));
+    const file = process.env.TAH_VITEST_CRASHED;
+    if (file) writeFileSync(file, !otherwise && workerExits && unhandledErrors.length > 0 ? crashed.join('\n') : '');
   }
 }
