@@ -23,6 +23,9 @@ function largestChildRss(): number {
   return largest;
 }
 
+/** Vitest's error when a test worker's process died under it (its cause, as the run's unhandled error carries it). */
+const WORKER_EXITED = 'Worker exited unexpectedly';
+
 /**
  * Names, as the very last lines of a run, each test file that did not pass, and how far it got.
  *
@@ -32,9 +35,6 @@ function largestChildRss(): number {
  * with the largest resident memory its worker process was seen at (sampled every 5 s), which tells
  * a worker that ran out of memory from one that crashed.
  */
-/** Vitest's error when a test worker's process died under it (its cause, as the run's unhandled error carries it). */
-const WORKER_EXITED = 'Worker exited unexpectedly';
-
 export default class OutcomesReporter implements Reporter {
   private readonly started = new Map<string, number>();
   /** Largest worker RSS seen while each file ran (files run one at a time: fileParallelism false). */

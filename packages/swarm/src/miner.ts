@@ -6,6 +6,7 @@ import { EXACT_REPLAY_BACKEND } from './audit/replay';
 import { OuterOptimizer } from './allreduce/outer';
 import { nextTurn, prepareContribution, readFlat, runMerge, type MergeOutcome, type PreparedContribution } from './merge';
 import type { AllReducePrecision } from './allreduce/values';
+import { bytesToHex, randomBytes } from '@noble/hashes/utils';
 import { io, type Socket } from 'socket.io-client';
 import { CoordinatorError, coordinatorRelay, coordinatorSignals, getRetrying, register, request, requestIce, type Registration } from './coordinator-client';
 import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
@@ -215,7 +216,7 @@ export class Miner {
    * This Miner's own id, sent with every registration (its reconnections keep it): a new one under the same key tells
    * the coordinator this is a restart, with a fresh optimizer state and none of the previous one's round records.
    */
-  readonly instance = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+  readonly instance = bytesToHex(randomBytes(16));
 
   constructor(private readonly o: MinerOptions) {}
 
@@ -547,7 +548,7 @@ export class Miner {
         if (this.rate.length > 1000) this.rate.shift();
         this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t });
         if (this.o.misbehave?.forgeReceipts) {
-          const invented = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
+          const invented = bytesToHex(randomBytes(16));
           const peer = t.from === minerId ? t.to : t.from;
           this.report('receipt', { v: PROTOCOL_VERSION, epoch: 0, ...t, activationId: invented, from: minerId, to: peer });
         }

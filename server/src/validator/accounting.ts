@@ -50,8 +50,8 @@ export async function verifiedWork(db: Queryable, runId: number, from: Date, to:
     [runId, from, to],
   );
   const excluded = await disputedWindows(db, runId);
+  for (const [key, windows] of await restartWindows(db, runId)) excluded.set(key, [...(excluded.get(key) ?? []), ...windows]);
   const drawable = await drawableRounds(db, runId);
-  const restarts = await restartWindows(db, runId);
   const microbatches: VerifiedMicrobatch[] = [];
   const work = new Map<string, number>();
   for (const r of rows) {
@@ -61,10 +61,10 @@ export async function verifiedWork(db: Queryable, runId: number, from: Date, to:
     const at = new Date(r.created_at);
     microbatches.push({ activationId: r.activation_id, pathway, loss: r.value, round: r.round ?? 0, at });
     for (const [stage, miner] of pathway.entries()) {
-      const windows = excluded.get(`${stage}:${miner}`) ?? [];
+      // Its windows on this stage, and those on every stage (`*`).
+      const windows = [...(excluded.get(`${stage}:${miner}`) ?? []), ...(excluded.get(`*:${miner}`) ?? [])];
       if (windows.some(([a, b]) => at >= a && at <= b)) continue;
       if (!drawable.mayPay(stage, miner, at)) continue;
-      if (restarts.unpaid(stage, miner, at)) continue;
       work.set(miner, (work.get(miner) ?? 0) + 1);
     }
   }
@@ -96,31 +96,26 @@ async function disputedWindows(db: Queryable, runId: number): Promise<Map<string
 }
 
 /**
- * Work a miner's restart leaves unpaid (validator/audits.ts, recordRestart): on the stage it held, its previous
- * process's work in the round in progress then (no record of it is left to audit; the new process's first round is
- * audited from the restart on); and, when it had audits open then (forfeited), all its work before the restart
- * that is not settled yet: a drawn audit dodged by a restart costs the window, as a failed one does.
+ * Work a miner's restart leaves unpaid (validator/audits.ts, recordRestart), as windows keyed like disputedWindows':
+ * on the stage it held, its previous process's work in the round in progress then (no record of it is left to audit;
+ * the new process's first round is audited from the restart on); and, when it had audits open then (forfeited), all
+ * its work before the restart that is not settled yet, on every stage (`*`): a drawn audit dodged by a restart costs
+ * the window, as a failed one does. Nothing when the run draws no audits.
  */
-async function restartWindows(db: Queryable, runId: number): Promise<{ unpaid: (stage: number, miner: string, at: Date) => boolean }> {
+async function restartWindows(db: Queryable, runId: number): Promise<Map<string, Array<[Date, Date]>>> {
   const rows = await db.query<{ miner_id: string; stage: number; at: Date; forfeited: number; round_began: Date | null }>(
     `SELECT x.miner_id, x.stage, x.at, x.forfeited,
             (SELECT max(e.ended_at) FROM epochs e WHERE e.run_id = x.run_id AND e.stage = x.stage AND e.ended_at <= x.at) AS round_began
      FROM miner_restarts x WHERE x.run_id = $1 AND EXISTS (SELECT 1 FROM audit_rounds a WHERE a.run_id = x.run_id AND a.rate > 0)`,
     [runId],
   );
-  const byMiner = new Map<string, typeof rows>();
-  for (const r of rows) byMiner.set(r.miner_id, [...(byMiner.get(r.miner_id) ?? []), r]);
-  return {
-    unpaid: (stage, miner, at) => {
-      const t = at.getTime();
-      return (byMiner.get(miner) ?? []).some((r) => {
-        const restartedAt = new Date(r.at).getTime();
-        if (t > restartedAt) return false;
-        if (r.forfeited > 0) return true;
-        return r.stage === stage && t >= new Date(r.round_began ?? 0).getTime();
-      });
-    },
-  };
+  const out = new Map<string, Array<[Date, Date]>>();
+  for (const r of rows) {
+    const key = r.forfeited > 0 ? `*:${r.miner_id}` : `${r.stage}:${r.miner_id}`;
+    const window: [Date, Date] = [new Date(r.forfeited > 0 ? 0 : (r.round_began ?? 0)), new Date(r.at)];
+    out.set(key, [...(out.get(key) ?? []), window]);
+  }
+  return out;
 }
 
 /**

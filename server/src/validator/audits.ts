@@ -86,15 +86,16 @@ export type WindowSource = 'anchor-merged' | 'anchor-closed' | 'previous-ready' 
  *   - and never before the miner's restart, when this is the first round its new process committed (`restarted`):
  *     what its previous process sent before is in no record it has (and is not paid: accounting.ts, restarts).
  */
-export function roundWindow(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null; restarted?: Date | string | null }): { from: string; by: WindowSource } {
-  const iso = (t: Date | string): string => new Date(t).toISOString();
-  const found = roundWindowBeforeRestart(w);
+export function roundWindow(w: RoundTimes & { restarted?: Date | string | null }): { from: string; by: WindowSource } {
+  const found = windowBeforeRestart(w);
   if (w.restarted && new Date(w.restarted) > new Date(found.from)) return { from: iso(w.restarted), by: 'restarted' };
   return found;
 }
 
-function roundWindowBeforeRestart(w: { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null }): { from: string; by: WindowSource } {
-  const iso = (t: Date | string): string => new Date(t).toISOString();
+type RoundTimes = { anchorRound: number; anchorMerged?: string | null; anchorEnded?: Date | string | null; previousReady?: Date | string | null; given?: Date | string | null };
+const iso = (t: Date | string): string => new Date(t).toISOString();
+
+function windowBeforeRestart(w: RoundTimes): { from: string; by: WindowSource } {
   if (w.anchorMerged) return { from: iso(w.anchorMerged), by: 'anchor-merged' };
   // (A stage taken up from a checkpoint of the anchor round: that round closed before the miner came.)
   const base = w.previousReady ? { at: new Date(w.previousReady), by: 'previous-ready' as const } : w.given ? { at: new Date(w.given), by: 'stage-given' as const } : undefined;
@@ -501,6 +502,10 @@ async function passedAudits(c: Coordinator, minerIds: string[], { inFlight = fal
   return new Map(rows.map((r) => [r.miner_id, r.n]));
 }
 
+/** An audit its miner's restart left unanswerable: forfeited, saying why. */
+const FORFEIT = `UPDATE audits SET status = 'forfeited', reason = 'RESTARTED', finished_at = now(),
+  detail = coalesce(detail, '{}'::jsonb) || '{"why":"its miner restarted before answering: the new process has no record of the round"}'::jsonb`;
+
 /**
  * A miner registered from another process than before under the same key (register's `instance`: a reloaded tab, a
  * lost GPU device's fallback, a restarted Node miner): its optimizer state and round records went with the old one.
@@ -513,12 +518,7 @@ async function passedAudits(c: Coordinator, minerIds: string[], { inFlight = fal
  *     round the new process commits is audited from now, from the agreed weights and a fresh optimizer state.
  */
 export async function recordRestart(tx: Queryable, runId: number, minerId: string, stage: number): Promise<{ forfeited: number }> {
-  const forfeited = await tx.query<{ id: string }>(
-    `UPDATE audits SET status = 'forfeited', reason = 'RESTARTED', finished_at = now(),
-       detail = coalesce(detail, '{}'::jsonb) || '{"why":"its miner restarted before answering: the new process has no record of the round"}'::jsonb
-     WHERE run_id = $1 AND miner_id = $2 AND status = 'open' RETURNING id`,
-    [runId, minerId],
-  );
+  const forfeited = await tx.query<{ id: string }>(`${FORFEIT} WHERE run_id = $1 AND miner_id = $2 AND status = 'open' RETURNING id`, [runId, minerId]);
   await tx.query('INSERT INTO miner_restarts (run_id, miner_id, stage, forfeited) VALUES ($1, $2, $3, $4)', [runId, minerId, stage, forfeited.length]);
   return { forfeited: forfeited.length };
 }
@@ -535,11 +535,6 @@ async function forfeitForRestart(tx: Queryable, runId: number, a: { id: string; 
     [runId, a.miner_id, a.stage, a.round],
   );
   if (restart.length === 0) return false;
-  await tx.query(
-    `UPDATE audits SET status = 'forfeited', reason = 'RESTARTED', finished_at = now(),
-       detail = coalesce(detail, '{}'::jsonb) || '{"why":"its miner restarted before answering: the new process has no record of the round"}'::jsonb
-     WHERE id = $1`,
-    [a.id],
-  );
+  await tx.query(`${FORFEIT} WHERE id = $1`, [a.id]);
   return true;
 }
