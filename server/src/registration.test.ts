@@ -171,6 +171,11 @@ describe('coordinator: registration and stage assignment', () => {
     expect((await register(await open(), miner, { backend: 'wasm', tokensPerSec: 1, instance: first })).restarted).toBeUndefined();
     expect((await register(await open(), miner, { backend: 'wasm', tokensPerSec: 1 })).restarted).toBeUndefined();
     expect(await row(open1)).toEqual({ status: 'open', reason: null });
+    // An instance that is not 32 hex digits is refused by name, and changes nothing.
+    expect(await rejection(register(await open(), miner, { backend: 'wasm', tokensPerSec: 1, instance: 'B'.repeat(32) }))).toBe('SCHEMA');
+    expect(await app.db.query('SELECT instance FROM miners WHERE id = $1', [minerId])).toEqual([{ instance: first }]);
+    expect(await app.db.query('SELECT 1 FROM miner_restarts')).toEqual([]);
+    expect(await row(open1)).toEqual({ status: 'open', reason: null });
     // Round 2 committed by the first process, then drawn just as it restarted (its audit expires below).
     await app.db.query(`INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at) VALUES ($1, $2, 2, $3, 'w', 'o', now())`, [runId, stage, minerId]);
     // Another process under the same key: a restart, on the stage it held.
