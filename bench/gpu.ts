@@ -73,6 +73,8 @@ interface BackendResult {
   optimizerCheck?: unknown;
   layerNormCheck?: unknown;
   geluCheck?: unknown;
+  attentionCheck?: unknown;
+  addLayerNormCheck?: unknown;
   matMulCheck?: unknown;
   /** One gpu stage with the composite optimizer (before the fused kernels are installed). */
   gpuStageComposite?: StageTiming;
@@ -303,6 +305,8 @@ if (values.backend) {
       await gpu.useFusedLayerNorm();
       await gpu.useFusedGelu();
       await gpu.useTransposedMatMul();
+      await gpu.useFusedAttention();
+      await gpu.useFusedAddLayerNorm();
       gpu.useSteadyStateWebGPU();
     }
     await attempt('gpu stage', async () => void (result.gpuStage = await gpuStage(STEPS)));
@@ -321,6 +325,8 @@ if (values.backend) {
       await attempt('fused layer norm check', async () => void (result.layerNormCheck = await gpu.useFusedLayerNorm()));
       await attempt('fused GELU check', async () => void (result.geluCheck = await gpu.useFusedGelu()));
       await attempt('transposed matmul check', async () => void (result.matMulCheck = await gpu.useTransposedMatMul()));
+      await attempt('fused attention check', async () => void (result.attentionCheck = await gpu.useFusedAttention()));
+      await attempt('fused add and layer norm check', async () => void (result.addLayerNormCheck = await gpu.useFusedAddLayerNorm()));
       gpu.useSteadyStateWebGPU();
     }
     await attempt('small', async () => void (result.tokensPerSec!.small = await wholeModel('small', STEPS)));
@@ -397,6 +403,8 @@ finish('gpu', {
   optimizerCheck: webgpu?.optimizerCheck ?? null,
   layerNormCheck: webgpu?.layerNormCheck ?? null,
   geluCheck: webgpu?.geluCheck ?? null,
+  attentionCheck: webgpu?.attentionCheck ?? null,
+  addLayerNormCheck: webgpu?.addLayerNormCheck ?? null,
   matMulCheck: webgpu?.matMulCheck ?? null,
   codecCheckOk: webgpu?.codecCheckOk ?? null,
   failures: Object.fromEntries(results.filter((r) => r.failures).map((r) => [r.backend, r.failures])),

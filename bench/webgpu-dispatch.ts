@@ -47,7 +47,8 @@ const browser = await launchBrowser(['--enable-unsafe-webgpu', `--unsafely-treat
 const page = await browser.context.newPage();
 page.on('console', (m) => /error|fail/i.test(m.text()) && console.log(`[tab] ${m.text()}`));
 await page.goto(url);
-type Result = { backend: string; msPerStep: number; tokensPerSec: number; warmupCounts?: GpuCounts[]; stepCounts?: GpuCounts[]; kernels?: Record<string, number> };
+type Check = { ok: boolean; maxRelativeDiff?: number; worst?: string };
+type Result = { backend: string; msPerStep: number; tokensPerSec: number; warmupCounts?: GpuCounts[]; stepCounts?: GpuCounts[]; kernels?: Record<string, number>; kernelCheck?: Record<string, unknown> };
 const r = (await page.evaluate(
   ([o, w, s]) => (window as unknown as { trainAtHomeBench: { stageSteps(b: string, o: unknown, w: number, s: number): Promise<unknown> } }).trainAtHomeBench.stageSteps('webgpu', o, w, s),
   [options, WARMUP, STEPS] as const,
@@ -56,6 +57,9 @@ await browser.close();
 await app.close();
 if (r.backend !== 'webgpu' || !r.stepCounts?.length) throw new Error(`the tab did not train on WebGPU (backend ${r.backend}): no counts`);
 
+// Which of the tab's programs passed their checks and were in use for the count.
+const checks = Object.fromEntries(Object.entries(r.kernelCheck ?? {}).filter(([, c]) => c && typeof c === 'object' && 'ok' in (c as object)).map(([k, c]) => [k, (c as Check).ok]));
+console.log(`webgpu-dispatch: kernel checks ${JSON.stringify(r.kernelCheck)}`);
 for (const [i, c] of (r.warmupCounts ?? []).entries()) console.log(`webgpu-dispatch: warm-up step ${i + 1}: ${describe(c)}`);
 for (const [i, c] of r.stepCounts.entries()) console.log(`webgpu-dispatch: step ${i + 1}: ${describe(c)}`);
 console.log(`webgpu-dispatch: programs of the last step by kind: ${Object.entries(r.kernels ?? {}).sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${n}`).join(', ')}`);
@@ -76,6 +80,7 @@ finish('webgpu-dispatch', {
   reduction: Number((before.dispatchesPerStep / now.dispatchesPerStep).toFixed(2)),
   step: { preset: 'small', stage: '2 of 3 (middle)', batch: BATCH, layout: options.layout, tokens: BATCH * 128 },
   // What the last measured step launched, by kind, most first: what fused programs would replace.
+  inUse: checks,
   kernels: Object.fromEntries(Object.entries(r.kernels ?? {}).sort((a, b) => b[1] - a[1])),
   warmupCounts: r.warmupCounts,
   stepCounts: r.stepCounts,

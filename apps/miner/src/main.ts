@@ -84,7 +84,7 @@ if (count > 1) {
     const opt = await gpu.useFusedOptimizer();
     console.log(`[miner] fused WGSL optimizer ${opt.ok ? 'agrees with' : 'differs from'} the WASM arithmetic (largest relative difference ${opt.maxRelativeDiff.toExponential(1)}): ${opt.ok ? 'in use' : 'not used'}`);
     // Layer norm and GELU as fused WGSL kernels, and matmuls reading transposed operands in place, each once checked against tfjs's composite, forward and backward.
-    for (const [name, check] of [['layer norm', await gpu.useFusedLayerNorm()], ['GELU', await gpu.useFusedGelu()], ['matmuls without transposes', await gpu.useTransposedMatMul()]] as const) {
+    for (const [name, check] of [['layer norm', await gpu.useFusedLayerNorm()], ['GELU', await gpu.useFusedGelu()], ['matmuls without transposes', await gpu.useTransposedMatMul()], ['attention', await gpu.useFusedAttention()], ['residual add and layer norm', await gpu.useFusedAddLayerNorm()]] as const) {
       console.log(`[miner] fused WGSL ${name} ${check.ok ? 'agrees with' : 'differs from'} tfjs's composite (largest relative difference ${check.maxRelativeDiff.toExponential(1)}, ${check.worst}): ${check.ok ? 'in use' : 'not used'}`);
     }
     // No buffer created per step, fewer submits (model/webgpu/steady-state.ts).

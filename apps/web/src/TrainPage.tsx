@@ -266,6 +266,8 @@ function Backend({ tab }: { tab: TabState }) {
           ['layerNorm', 'layer-norm', 'WGSL fused layer norm'],
           ['gelu', 'gelu', 'WGSL fused GELU'],
           ['matMul', 'matmul', 'Matmuls without transposes'],
+          ['attention', 'attention', 'WGSL fused attention'],
+          ['addLayerNorm', 'add-layer-norm', 'WGSL fused residual add and layer norm'],
         ] as const
       ).map(([op, id, label]) => {
         const check = tab.kernelCheck?.result?.[op];

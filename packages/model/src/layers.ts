@@ -57,7 +57,8 @@ export function mmTransposed<R extends tf.Tensor>(a: R, b: tf.Tensor): R {
 
 /**
  * Pieces of the model as fused kernels of one backend (WebGPU:
- * ../webgpu/layernorm.ts, ../webgpu/gelu.ts, ../webgpu/matmul.ts), each installed with
+ * ../webgpu/layernorm.ts, ../webgpu/gelu.ts, ../webgpu/matmul.ts,
+ * ../webgpu/attention.ts), each installed with
  * setFusedLayerOp once a kernel check has measured it against the composite
  * below, forward and backward. Used only while that backend is active; every
  * other backend (the validator's WASM included) runs the composites.
@@ -67,6 +68,12 @@ export interface FusedLayerOps {
   gelu(x: tf.Tensor): tf.Tensor;
   matMul(a: tf.Tensor, b: tf.Tensor): tf.Tensor;
   matMulTransposed(a: tf.Tensor, b: tf.Tensor): tf.Tensor;
+  /** causalSelfAttentionComposite's contract: qkv [B*T, 3d] → [B*T, d]. */
+  attention(qkv: tf.Tensor2D, batch: number, time: number, heads: number): tf.Tensor2D;
+  /** addLayerNormComposite's contract. */
+  addLayerNorm(x: tf.Tensor2D, a: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor, lane?: number): AddNormed;
+  /** c + a · b, c of the product's shape. */
+  matMulAdd(a: tf.Tensor2D, b: tf.Tensor2D, c: tf.Tensor2D): tf.Tensor2D;
 }
 
 const fusedOps: { [K in keyof FusedLayerOps]?: { backend: string; impl: FusedLayerOps[K] } } = {};
@@ -92,6 +99,60 @@ export function layerNorm(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor
 export function layerNormComposite(x: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor): tf.Tensor2D {
   const { mean, variance } = tf.moments(x, -1, true); // [N, 1]
   return tf.add(tf.mul(tf.mul(tf.sub(x, mean), tf.rsqrt(tf.add(variance, LN_EPS))), g), b);
+}
+
+/** What addLayerNorm gives: the sum (unless a lane was asked for), its norm, and the lane. */
+export interface AddNormed {
+  /** x + a [B*T, d]; absent when `lane` was asked for (the stream ends in the lane and the norm). */
+  sum?: tf.Tensor2D;
+  normed: tf.Tensor2D;
+  /** The sum's first `lane` columns (the bottleneck's residual lane). */
+  lane?: tf.Tensor2D;
+}
+
+/**
+ * A residual add and the layer norm that reads its sum: s = x + a (x
+ * zero-padded on the right when narrower than a: the bottleneck's lane
+ * returning to the stream) and layerNorm(s, g, b); with `lane`, s's first
+ * `lane` columns instead of s (the stream's end at a bottleneck). Fused on
+ * WebGPU into one launch forward and two backward (../webgpu/add-layernorm.ts),
+ * the gradient of s accumulated inside.
+ */
+export function addLayerNorm(x: tf.Tensor2D, a: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor, lane?: number): AddNormed {
+  const fused = fusedOp('addLayerNorm');
+  return fused ? fused(x, a, g, b, lane) : addThenNorm(x, a, g, b, lane, layerNorm);
+}
+
+/** addLayerNorm from tfjs ops: what fused kernels are checked against. */
+export function addLayerNormComposite(x: tf.Tensor2D, a: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor, lane?: number): AddNormed {
+  return addThenNorm(x, a, g, b, lane, layerNormComposite);
+}
+
+function addThenNorm(x: tf.Tensor2D, a: tf.Tensor2D, g: tf.Tensor, b: tf.Tensor, lane: number | undefined, norm: typeof layerNorm): AddNormed {
+  const sum = tf.add(x.shape[1] === a.shape[1] ? x : padRight(x, a.shape[1]), a) as tf.Tensor2D;
+  // The lane is sliced before the norm reads the sum: the order the gradients of the sum are accumulated in.
+  if (lane !== undefined) {
+    const laneOf = tf.slice(sum, [0, 0], [-1, lane]) as tf.Tensor2D;
+    return { normed: norm(sum, g, b), lane: laneOf };
+  }
+  return { sum, normed: norm(sum, g, b) };
+}
+
+function padRight(x: tf.Tensor2D, width: number): tf.Tensor2D {
+  return tf.pad(x, [
+    [0, 0],
+    [0, width - x.shape[1]],
+  ]);
+}
+
+/** c + a · b: the residual lane added in the matmul's epilogue where a backend fuses it. */
+export function mmAdd(a: tf.Tensor2D, b: tf.Tensor2D, c: tf.Tensor2D): tf.Tensor2D {
+  const fused = fusedOp('matMulAdd');
+  return fused ? fused(a, b, c) : mmAddComposite(a, b, c);
+}
+
+export function mmAddComposite(a: tf.Tensor2D, b: tf.Tensor2D, c: tf.Tensor2D): tf.Tensor2D {
+  return tf.add(c, mm(a, b)) as tf.Tensor2D;
 }
 
 /** Exact GELU, 0.5·x·(1 + erf(x/√2)); erf has kernels and gradients on every backend. */
@@ -128,11 +189,23 @@ export function embed(wte: tf.Tensor2D, ids: tf.Tensor1D): tf.Tensor2D {
   return lookup(wte) as tf.Tensor2D; // [B*T, d]
 }
 
-/** Causal multi-head self-attention on [B*T, d]. */
+/** Causal multi-head self-attention on [B*T, d]: the qkv projection, the heads' attention, the output projection. */
 export function attention(x: tf.Tensor2D, p: Params, prefix: string, batch: number, time: number, heads: number): tf.Tensor2D {
-  const d = x.shape[1];
-  const hd = d / heads;
   const qkv = mm(x, p[`${prefix}.wqkv`]!); // [B*T, 3d]
+  const fused = fusedOp('attention');
+  const merged = fused ? fused(qkv, batch, time, heads) : causalSelfAttentionComposite(qkv, batch, time, heads); // [B*T, d]
+  return mm(merged, p[`${prefix}.wo`]!);
+}
+
+/**
+ * The heads' causal attention from tfjs ops: qkv [B*T, 3d] (q, k, v side by
+ * side, head h at columns h·hd of each) → [B*T, d], heads side by side. What
+ * every backend without a fused kernel runs, and what fused kernels are
+ * checked against.
+ */
+export function causalSelfAttentionComposite(qkv: tf.Tensor2D, batch: number, time: number, heads: number): tf.Tensor2D {
+  const d = qkv.shape[1] / 3;
+  const hd = d / heads;
   const [q, k, v] = tf.split(qkv, 3, 1).map(
     (t) => tf.transpose(tf.reshape(t, [batch, time, heads, hd]), [0, 2, 1, 3]), // [B, H, T, hd]
   );
@@ -140,8 +213,7 @@ export function attention(x: tf.Tensor2D, p: Params, prefix: string, batch: numb
   const masked = tf.add(scores, causalMask(time)); // future positions get -1e9
   const weights = tf.softmax(masked); // [B, H, T, T]
   const y = mm(weights, v!); // [B, H, T, hd]
-  const merged = tf.reshape(tf.transpose(y, [0, 2, 1, 3]), [batch * time, d]); // [B*T, d]
-  return mm(merged as tf.Tensor2D, p[`${prefix}.wo`]!);
+  return tf.reshape(tf.transpose(y, [0, 2, 1, 3]), [batch * time, d]) as tf.Tensor2D; // [B*T, d]
 }
 
 const masks = new Map<string, tf.Tensor2D>();
@@ -168,33 +240,14 @@ export function mlp(x: tf.Tensor2D, p: Params, prefix: string): tf.Tensor2D {
   return mm(hidden as tf.Tensor2D, p[`${prefix}.wproj`]!); // [B*T, d]
 }
 
-/** Pre-norm transformer block: x + attn(ln1(x)), then + mlp(ln2(x)). */
-export function block(x: tf.Tensor2D, p: Params, layer: number, batch: number, time: number, heads: number): tf.Tensor2D {
-  const h = `h.${layer}`;
-  const a = attention(layerNorm(x, p[`${h}.ln1.g`]!, p[`${h}.ln1.b`]!), p, `${h}.attn`, batch, time, heads);
-  const x1 = tf.add(x, a) as tf.Tensor2D;
-  return tf.add(x1, mlp(layerNorm(x1, p[`${h}.ln2.g`]!, p[`${h}.ln2.b`]!), p, `${h}.mlp`)) as tf.Tensor2D;
-}
-
 /**
  * Bottleneck encoder at the end of a stage: d → b. The first b channels of the
- * residual stream pass straight through (IOTA's residual lane); a learned
- * projection of the normalised stream is added to them.
+ * residual stream (`lane`, IOTA's residual lane) pass straight through; a
+ * learned projection of the normalised stream (`normed`, by the bottleneck's
+ * own layer norm) is added to them.
  */
-export function bottleneckDown(x: tf.Tensor2D, p: Params, boundary: number, width: number): tf.Tensor2D {
-  const pre = `bneck.${boundary}.down`;
-  const lane = tf.slice(x, [0, 0], [-1, width]); // [B*T, b]
-  const projected = mm(layerNorm(x, p[`${pre}.ln.g`]!, p[`${pre}.ln.b`]!), p[pre]!);
-  return tf.add(lane, projected) as tf.Tensor2D;
-}
-
-/** Bottleneck decoder at the start of a stage: b → d; the lane returns to the first b channels. */
-export function bottleneckUp(z: tf.Tensor2D, p: Params, boundary: number, dModel: number): tf.Tensor2D {
-  const lane = tf.pad(z, [
-    [0, 0],
-    [0, dModel - z.shape[1]],
-  ]); // [B*T, d]
-  return tf.add(lane, mm(z, p[`bneck.${boundary}.up`]!)) as tf.Tensor2D;
+export function bottleneckDown(lane: tf.Tensor2D, normed: tf.Tensor2D, p: Params, boundary: number): tf.Tensor2D {
+  return mmAdd(normed, p[`bneck.${boundary}.down`]! as tf.Tensor2D, lane);
 }
 
 /** Mean cross-entropy of logits [N, V] against target ids [N]. */

@@ -33,6 +33,8 @@ export interface FusedAdamW {
   backend: string;
   /** Σ g² over all the tensors, as one tensor of partial sums. */
   sumSquares(gs: tf.Tensor[]): tf.Tensor1D;
+  /** The global norm of the gradients (√Σ of sumSquares' partials) and the clip factor maxNorm / max(norm, maxNorm), shape [1]. */
+  clip(partials: tf.Tensor1D, maxNorm: number): { norm: tf.Scalar; scale: tf.Tensor };
   /** The new weights, first and second moments; scale is the clip factor, shape [1]. */
   step(p: tf.Tensor, m: tf.Tensor, v: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, k: AdamWConstants): { p: tf.Tensor; m: tf.Tensor; v: tf.Tensor };
 }
@@ -111,8 +113,7 @@ export class AdamW {
     this.step++;
     const constants = this.constants(lr);
     const norm = tf.tidy(() => {
-      const n = tf.sqrt(tf.sum(impl.sumSquares(Object.values(grads)))) as tf.Scalar;
-      const scale = tf.reshape(tf.div(maxNorm, tf.maximum(n, maxNorm)), [1]);
+      const { norm: n, scale } = impl.clip(impl.sumSquares(Object.values(grads)), maxNorm);
       for (const s of this.specs) {
         const g = grads[s.name];
         if (!g) continue;

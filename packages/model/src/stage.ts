@@ -1,6 +1,6 @@
 import * as tf from '@tensorflow/tfjs';
 import type { StageSpec } from './config';
-import { block, bottleneckDown, bottleneckUp, crossEntropy, embed, layerNorm, mm } from './layers';
+import { addLayerNorm, attention, bottleneckDown, crossEntropy, embed, layerNorm, mlp, mm } from './layers';
 import { initParams, paramSpecs, type ParamSpec, type Params } from './params';
 
 /**
@@ -34,24 +34,63 @@ export class StageError extends Error {
  * The stage's forward as a pure function of (parameters, input): blocks, plus
  * the embedding on the first stage, the bottleneck ends at its boundaries, and
  * the final norm, head and loss on the last. Returns [B*T, b] or the loss.
+ *
+ * Pre-norm blocks, x + attn(ln1(x)), then + mlp(ln2(x)), walked as a residual
+ * stream: each residual add is taken together with the layer norm that reads
+ * its sum next (addLayerNorm: the next ln1 or ln2, the bottleneck's norm or the
+ * final one), which a backend may fuse; the arithmetic is the same.
  */
 export function stageForward(spec: StageSpec, p: Params, input: StageInput, x: tf.Tensor, logitsOnly = false): tf.Tensor {
   const { batch, time } = input;
   const { dModel, nHead } = spec.config;
-  let h: tf.Tensor2D;
+  // The layer norms along the stream, in the order they read it.
+  const norms: Array<[tf.Tensor, tf.Tensor]> = [];
+  for (let l = spec.firstLayer; l < spec.endLayer; l++) norms.push([p[`h.${l}.ln1.g`]!, p[`h.${l}.ln1.b`]!], [p[`h.${l}.ln2.g`]!, p[`h.${l}.ln2.b`]!]);
+  if (spec.isLast) norms.push([p['lnf.g']!, p['lnf.b']!]);
+  else if (spec.hasDown) norms.push([p[`bneck.${spec.index}.down.ln.g`]!, p[`bneck.${spec.index}.down.ln.b`]!]);
+  let next = 0;
+  // The bottleneck's norm is the last; before it the stream's first b channels are taken as the lane.
+  const laneAt = spec.hasDown ? norms.length - 1 : -1;
+  let lane: tf.Tensor2D | undefined;
+  /** The residual add h + a, with the next norm of it when there is one. */
+  const add = (h: tf.Tensor2D, a: tf.Tensor2D): [tf.Tensor2D, tf.Tensor2D | undefined] => {
+    if (next === norms.length) return [tf.add(h, a) as tf.Tensor2D, undefined];
+    const at = next++;
+    const [g, b] = norms[at]!;
+    const r = addLayerNorm(h, a, g, b, at === laneAt ? spec.layout.bottleneck : undefined);
+    lane = r.lane;
+    return [r.sum ?? h, r.normed];
+  };
+  const norm = (h: tf.Tensor2D): tf.Tensor2D | undefined => {
+    if (next === norms.length) return undefined;
+    const at = next++;
+    if (at === laneAt) lane = tf.slice(h, [0, 0], [-1, spec.layout.bottleneck]) as tf.Tensor2D;
+    const [g, b] = norms[at]!;
+    return layerNorm(h, g, b);
+  };
+
+  let h: tf.Tensor2D; // the residual stream [B*T, d]
+  let n: tf.Tensor2D | undefined; // its next norm
   if (spec.isFirst) {
     const ids = tf.reshape(x, [batch * time]) as tf.Tensor1D;
     const pos = tf.slice(p.wpe!, [0, 0], [time, dModel]); // [T, d]
     const tok = tf.reshape(embed(p.wte as tf.Tensor2D, ids), [batch, time, dModel]);
     h = tf.reshape(tf.add(tok, pos), [batch * time, dModel]) as tf.Tensor2D; // [B*T, d]
+    n = norm(h);
   } else if (spec.hasUp) {
-    h = bottleneckUp(x as tf.Tensor2D, p, spec.index - 1, dModel); // [B*T, b] → [B*T, d]
+    // Bottleneck decoder: b → d; the lane returns to the first b channels.
+    const z = x as tf.Tensor2D; // [B*T, b]
+    [h, n] = add(z, mm(z, p[`bneck.${spec.index - 1}.up`]!));
   } else {
     h = x as tf.Tensor2D;
+    n = norm(h);
   }
-  for (let l = spec.firstLayer; l < spec.endLayer; l++) h = block(h, p, l, batch, time, nHead);
-  if (!spec.isLast) return spec.hasDown ? bottleneckDown(h, p, spec.index, spec.layout.bottleneck) : h;
-  const logits = mm(layerNorm(h, p["lnf.g"]!, p["lnf.b"]!), p.head!); // [B*T, V]
+  for (let l = spec.firstLayer; l < spec.endLayer; l++) {
+    [h, n] = add(h, attention(n!, p, `h.${l}.attn`, batch, time, nHead));
+    [h, n] = add(h, mlp(n!, p, `h.${l}.mlp`));
+  }
+  if (!spec.isLast) return spec.hasDown ? bottleneckDown(lane!, n!, p, spec.index) : h;
+  const logits = mm(n!, p.head!); // [B*T, V]
   if (logitsOnly) return logits;
   if (!input.targets) throw new StageError('the last stage needs targets');
   return crossEntropy(logits, tf.reshape(input.targets, [batch * time]) as tf.Tensor1D);

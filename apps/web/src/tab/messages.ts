@@ -35,6 +35,10 @@ export interface KernelCheck {
   gelu?: FusedCheck;
   /** Matmuls reading transposed operands in place against the composite's explicit transposes (in use only when ok). */
   matMul?: FusedCheck;
+  /** Causal self-attention in one launch forward and one backward against tfjs's composite (in use only when ok). */
+  attention?: FusedCheck;
+  /** A residual add and the layer norm of its sum in one kernel against tfjs's composite (in use only when ok). */
+  addLayerNorm?: FusedCheck;
 }
 
 export interface FusedCheck {

@@ -83,9 +83,13 @@ async function installGpuKernels(): Promise<KernelCheck | undefined> {
     const gelu = await gpu.useFusedGelu();
     // Matmuls that read transposed operands in place instead of launching transposes.
     const matMul = await gpu.useTransposedMatMul();
+    // Causal self-attention as one launch forward and one backward (checked against tfjs's composite).
+    const attention = await gpu.useFusedAttention();
+    // Each residual add with the layer norm that reads its sum: 1 launch forward, 2 backward, the stream's gradient accumulated inside.
+    const addLayerNorm = await gpu.useFusedAddLayerNorm();
     // No buffer created per step, fewer submits (model/webgpu/steady-state.ts).
     gpu.useSteadyStateWebGPU();
-    const result = { ...codec, optimizer, layerNorm, gelu, matMul };
+    const result = { ...codec, optimizer, layerNorm, gelu, matMul, attention, addLayerNorm };
     post({ ev: 'kernel-check', result });
     if (result.ok) deviceCodec = { encode: gpu.encodeBoundaryGPU, decode: gpu.decodeToTensorGPU };
     return result;

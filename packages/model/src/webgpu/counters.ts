@@ -2,6 +2,7 @@
 import { BinaryOpType } from '@tensorflow/tfjs-backend-webgpu/dist/binary_op_util';
 import { UnaryOpType } from '@tensorflow/tfjs-backend-webgpu/dist/unary_op_util';
 import { requireWebGPUBackend } from './codec-gpu';
+import { type MultiProgram, multiPrograms } from './multi-program';
 
 /**
  * What bounds a WebGPU training step on a fast GPU is not arithmetic but
@@ -29,7 +30,7 @@ export interface GpuCounts {
 export interface GpuCounter {
   /** The counts since installation or the last reset. */
   read(): GpuCounts;
-  /** tfjs programs run since then, by kind (their shader key's family: `binary_Mul`, `matMulPacked`, `tah_adamw_weight`...): what a fused program would replace. */
+  /** tfjs programs run since then, by kind (their shader key's family: `binary_Mul`, `matMulPacked`, `tah_adamw`...): what a fused program would replace. */
   kernels(): Record<string, number>;
   reset(): void;
   /** Puts the device's own methods back. */
@@ -76,6 +77,11 @@ export function countGpuWork(): GpuCounter {
   wrap(device, 'createBindGroup', () => counts.bindGroups++);
   wrap(backend, 'runWebGPUProgram', (args) => {
     const kind = kernelKind(String((args[0] as { shaderKey?: string } | undefined)?.shaderKey ?? 'unknown'));
+    kernels[kind] = (kernels[kind] ?? 0) + 1;
+  });
+  // Our multi-output programs (./multi-program.ts) launch beside tfjs's, counted by kind the same way.
+  wrap(multiPrograms, 'launch', (args) => {
+    const kind = (args[0] as MultiProgram).kind;
     kernels[kind] = (kernels[kind] ?? 0) + 1;
   });
   wrap(queue, 'submit', () => counts.submits++);

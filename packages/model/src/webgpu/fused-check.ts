@@ -52,3 +52,9 @@ export async function checkFusedOp(
   for (const c of cases) tf.dispose([...c.inputs, c.dy]);
   return { shapes, maxRelativeDiff, worst, tolerance, ok: maxRelativeDiff <= tolerance, ms: performance.now() - started };
 }
+
+/** Several checks as one: the worst difference, every shape, ok only if all are, the time of all. */
+export function foldChecks(checks: FusedKernelCheck[]): FusedKernelCheck {
+  const worst = checks.reduce((a, b) => (b.maxRelativeDiff > a.maxRelativeDiff ? b : a));
+  return { ...worst, shapes: checks.flatMap((c) => c.shapes), ok: checks.every((c) => c.ok), ms: checks.reduce((a, c) => a + c.ms, 0) };
+}

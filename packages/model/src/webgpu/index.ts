@@ -20,12 +20,15 @@ export {
   requireWebGPUBackend,
 } from './codec-gpu';
 export { codecCheckData, codecKernelCheck, type CodecKernelCheck } from './check';
-export { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
+export { ADAMW_CONSTANTS, SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram, adamwProgram, clipProgram } from './optim-programs';
 export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
 export { countGpuWork, type GpuCounter, type GpuCounts } from './counters';
 export { SUBMIT_EVERY_DISPATCHES, useSteadyStateWebGPU, useWriteBufferUploads } from './steady-state';
-export { LayerNormGradGProgram, LayerNormGradXProgram, LayerNormProgram, LayerNormStatsProgram } from './layernorm-programs';
+export { LayerNormGradXProgram, layerNormGradGBProgram, layerNormProgram } from './layernorm-programs';
+export { multiProgramCode, multiPrograms, type MultiProgram } from './multi-program';
+export { attentionGradProgram, attentionProgram, attentionKernelCheck, fusedAttentionGPU, useFusedAttention } from './attention';
 export { fusedLayerNormGPU, layerNormKernelCheck, useFusedLayerNorm } from './layernorm';
 export { checkFusedOp, type FusedKernelCheck } from './fused-check';
 export { GeluGradProgram, GeluProgram, fusedGeluGPU, geluKernelCheck, useFusedGelu } from './gelu';
-export { matMulGPU, matMulKernelCheck, matMulTransposedGPU, useTransposedMatMul } from './matmul';
+export { matMulAddGPU, matMulGPU, matMulKernelCheck, matMulTransposedGPU, useTransposedMatMul } from './matmul';
+export { addLayerNormGradProgram, addLayerNormKernelCheck, addLayerNormProgram, fusedAddLayerNormGPU, useFusedAddLayerNorm } from './add-layernorm';

@@ -1,10 +1,12 @@
-import { ElementwiseProgram, FlatProgram } from './flat-program';
+import { FlatProgram } from './flat-program';
+import { type MultiProgram, workgroupReduce } from './multi-program';
 
 /**
  * Layer norm as WGSL programs (issue 24's fused hot paths). tfjs composes a
  * layer norm (layers.ts: moments, subtract, rsqrt, two multiplies, add) from
- * ~9 launches and its gradient from ~25; these make it 1 forward and 4
- * backward (stats, dx, dg, and tfjs's own column sum for db).
+ * ~9 launches and its gradient from ~25; these make it 1 forward (y and
+ * each row's mean and rstd, kept for the backward) and 2 backward (dx; dg
+ * and db together).
  *
  * x is [rows, cols] (rows = batch × time), g and b are [cols]. A row is
  * reduced by one workgroup of ROW_WORKGROUP threads: a strided loop, then a
@@ -47,17 +49,6 @@ function rowHead(): string {
     let base = row * cols;`;
 }
 
-/** rowHead, then the mean and rstd of x's row. */
-function rowStats(): string {
-  return `${rowHead()}
-    var total = 0.0;
-    ${rowSum('tahRow', 'x[base + c]', 'total')}
-    let mean = total / f32(cols);
-    var squares = 0.0;
-    ${rowSum('tahRow', '(x[base + c] - mean) * (x[base + c] - mean)', 'squares')}
-    let rstd = inverseSqrt(squares / f32(cols) + ${LAYER_NORM_EPS.toExponential()});`;
-}
-
 abstract class RowProgram extends FlatProgram {
   /** One workgroup of ROW_WORKGROUP threads per row of x. */
   constructor(rows: number, outCols: number) {
@@ -77,38 +68,52 @@ abstract class RowProgram extends FlatProgram {
   }
 }
 
-/** y = (x − mean) · rstd · g + b, per row of x [rows, cols]. */
-export class LayerNormProgram extends RowProgram {
-  shaderKey = 'tah_layer_norm';
-  variableNames = ['x', 'g', 'b'];
-
-  body(): string {
-    return `
-    ${rowStats()}
-    if (!inRange) { return; }
-    for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}) {
-      result[base + c] = (x[base + c] - mean) * rstd * g[c] + b[c];
-    }`;
-  }
+/** WGSL (multi-program body): the mean and rstd of row `row` of x [rows, cols], one workgroup of ROW_WORKGROUP threads. */
+export function multiRowStats(x = (c: string) => `x[base + ${c}]`): string {
+  return `
+  var total = 0.0;
+  var s = 0.0;
+  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { s = s + ${x('c')}; }
+  ${workgroupReduce('tahRow', 's', 'total', ROW_WORKGROUP)}
+  let mean = total / f32(cols);
+  var squares = 0.0;
+  s = 0.0;
+  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { s = s + (${x('c')} - mean) * (${x('c')} - mean); }
+  ${workgroupReduce('tahRow', 's', 'squares', ROW_WORKGROUP)}
+  let rstd = inverseSqrt(squares / f32(cols) + ${LAYER_NORM_EPS.toExponential()});`;
 }
 
-/** Each row's mean and rstd: [rows, 2]. */
-export class LayerNormStatsProgram extends RowProgram {
-  shaderKey = 'tah_layer_norm_stats';
-  variableNames = ['x'];
-
-  constructor(rows: number) {
-    super(rows, 2);
+/**
+ * y = (x − mean) · rstd · g + b per row of x [rows, cols], and each row's
+ * mean and rstd [rows, 2] for the backward (two outputs, ./multi-program.ts):
+ * the gradient needs no launch of its own to recompute them.
+ */
+export function layerNormProgram(rows: number, cols: number): MultiProgram {
+  return {
+    kind: 'tah_layer_norm',
+    key: 'tah_layer_norm',
+    outputs: [
+      { name: 'y', shape: [rows, cols] },
+      { name: 'stats', shape: [rows, 2] },
+    ],
+    inputs: ['x', 'g', 'b'],
+    uniforms: [{ name: 'cols', type: 'u32', value: cols }],
+    threads: ROW_WORKGROUP,
+    workgroups: rows,
+    prelude: `var<workgroup> tahRow : array<f32, ${ROW_WORKGROUP}>;`,
+    body: `
+  let row = wg;
+  let cols = u.cols;
+  let base = row * cols;
+  ${multiRowStats()}
+  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) {
+    y[base + c] = (x[base + c] - mean) * rstd * g[c] + b[c];
   }
-
-  body(): string {
-    return `
-    ${rowStats()}
-    if (inRange && lid == 0) {
-      result[row * 2] = mean;
-      result[row * 2 + 1] = rstd;
-    }`;
-  }
+  if (lid == 0u) {
+    stats[row * 2u] = mean;
+    stats[row * 2u + 1u] = rstd;
+  }`,
+  };
 }
 
 /**
@@ -141,24 +146,41 @@ export class LayerNormGradXProgram extends RowProgram {
   }
 }
 
-/** dg = Σ_rows dy · x̂: one thread per column, down the rows. */
-export class LayerNormGradGProgram extends ElementwiseProgram {
-  shaderKey = 'tah_layer_norm_dg';
-  variableNames = ['x', 'dy', 'stats'];
-
-  getUserCode(): string {
-    return `
-  fn main(index : i32) {
-    if (index < uniforms.size) {
-      let rows = uniforms.xShape.x;
-      let cols = uniforms.xShape.y;
-      var s = 0.0;
-      for (var r = 0; r < rows; r = r + 1) {
-        s = s + dy[r * cols + index] * (x[r * cols + index] - stats[r * 2]) * stats[r * 2 + 1];
-      }
-      result[index] = s;
-    }
+/**
+ * dg = Σ_rows dy · x̂ and db = Σ_rows dy (two outputs): one thread per column,
+ * down the rows. With `xCols`, the norm's input is the sum pad(x) + a (the
+ * fused residual add, ./add-layernorm.ts), computed here as it was forward.
+ */
+export function layerNormGradGBProgram(rows: number, cols: number, xCols?: number): MultiProgram {
+  const threads = 64;
+  const added = xCols !== undefined;
+  const input = added ? `(select(0.0, x[r * u.xCols + c], c < u.xCols) + a[r * u.cols + c])` : 'x[r * u.cols + c]';
+  return {
+    kind: 'tah_layer_norm_dgdb',
+    key: added ? 'tah_layer_norm_dgdb_add' : 'tah_layer_norm_dgdb',
+    outputs: [
+      { name: 'dg', shape: [cols] },
+      { name: 'db', shape: [cols] },
+    ],
+    inputs: added ? ['x', 'a', 'dy', 'stats'] : ['x', 'dy', 'stats'],
+    uniforms: [
+      { name: 'rows', type: 'u32', value: rows },
+      { name: 'cols', type: 'u32', value: cols },
+      { name: 'xCols', type: 'u32', value: xCols ?? cols },
+    ],
+    threads,
+    workgroups: Math.ceil(cols / threads),
+    body: `
+  let c = wg * ${threads}u + lid;
+  if (c >= u.cols) { return; }
+  var sg = 0.0;
+  var sb = 0.0;
+  for (var r = 0u; r < u.rows; r = r + 1u) {
+    let d = dy[r * u.cols + c];
+    sg = sg + d * (${input} - stats[r * 2u]) * stats[r * 2u + 1u];
+    sb = sb + d;
   }
-`;
-  }
+  dg[c] = sg;
+  db[c] = sb;`,
+  };
 }

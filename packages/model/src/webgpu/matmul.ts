@@ -1,8 +1,8 @@
 import * as tf from '@tensorflow/tfjs';
-import { mmComposite, mmTransposedComposite, setFusedLayerOp } from '../layers';
+import { mmAddComposite, mmComposite, mmTransposedComposite, setFusedLayerOp } from '../layers';
 import { mulberry32 } from '../rng';
 import { requireWebGPUBackend } from './codec-gpu';
-import { checkFusedOp, type FusedKernelCheck } from './fused-check';
+import { checkFusedOp, foldChecks, type FusedKernelCheck } from './fused-check';
 
 /**
  * The model's matmuls on WebGPU with no transpose launched. The composite
@@ -15,15 +15,17 @@ import { checkFusedOp, type FusedKernelCheck } from './fused-check';
  */
 export const matMulGPU = (a: tf.Tensor, b: tf.Tensor): tf.Tensor => tf.matMul(a, b);
 export const matMulTransposedGPU = (a: tf.Tensor, b: tf.Tensor): tf.Tensor => tf.matMul(a, b, false, true);
+/** c + a · b with c added in the matmul's epilogue (tfjs's fused matMul, c as a bias of the product's shape): the bottleneck's lane. */
+export const matMulAddGPU = (a: tf.Tensor2D, b: tf.Tensor2D, c: tf.Tensor2D): tf.Tensor2D => tf.reshape(tf.fused.matMul({ a, b, bias: tf.reshape(c, [1, ...c.shape]) }), c.shape) as tf.Tensor2D;
 
 /**
- * Both forms against their composites on the same backend, forward and
+ * Each form (a · b, a · bᵀ, c + a · b) against their composites on the same backend, forward and
  * backward (tf.grads), on seeded random shapes with odd sizes, 2-D and
  * batched over two leading axes as attention's heads are. TOLERANCE 1e-5 of
  * each output's largest magnitude: the same products summed in the same tile
  * order (measured 0 on SwiftShader); a wrong operand or index is O(1) off.
  */
-export async function matMulKernelCheck(): Promise<{ matMul: FusedKernelCheck; matMulTransposed: FusedKernelCheck }> {
+export async function matMulKernelCheck(): Promise<{ matMul: FusedKernelCheck; matMulTransposed: FusedKernelCheck; matMulAdd: FusedKernelCheck }> {
   requireWebGPUBackend();
   const random = mulberry32(26);
   const tensor = (shape: number[]): tf.Tensor => tf.tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => random() * 2 - 1), shape);
@@ -38,18 +40,24 @@ export async function matMulKernelCheck(): Promise<{ matMul: FusedKernelCheck; m
     const bt = [...b.slice(0, -2), b[b.length - 1]!, b[b.length - 2]!];
     return { inputs: [tensor([...a]), tensor(bt)], dy: tensor([...a.slice(0, -1), bt[bt.length - 2]!]) };
   });
+  // c + a · b: c of the product's shape.
+  const added = shapes.slice(0, 2).map(([a, b]) => {
+    const out = [a[0], b[1]];
+    return { inputs: [tensor([...a]), tensor([...b]), tensor(out)], dy: tensor(out) };
+  });
   return {
+    matMulAdd: await checkFusedOp('matmul plus a residual', matMulAddGPU as (...xs: tf.Tensor[]) => tf.Tensor, mmAddComposite as (...xs: tf.Tensor[]) => tf.Tensor, added, 1e-5),
     matMul: await checkFusedOp('matmul', matMulGPU, mmComposite, plain, 1e-5),
     matMulTransposed: await checkFusedOp('matmul by a transpose', matMulTransposedGPU, mmTransposedComposite, transposed, 1e-5),
   };
 }
 
-/** Runs matMulKernelCheck and makes mm and mmTransposed use tfjs's transposed-operand matmuls on WebGPU where each check holds. */
+/** Runs matMulKernelCheck and makes mm, mmTransposed and mmAdd use tfjs's transposed-operand matmuls on WebGPU where each check holds. */
 export async function useTransposedMatMul(): Promise<FusedKernelCheck> {
   const check = await matMulKernelCheck();
   setFusedLayerOp('matMul', 'webgpu', check.matMul.ok ? matMulGPU : undefined);
   setFusedLayerOp('matMulTransposed', 'webgpu', check.matMulTransposed.ok ? matMulTransposedGPU : undefined);
-  // One line for the page: the worse of the two.
-  const [worse, other] = check.matMul.maxRelativeDiff >= check.matMulTransposed.maxRelativeDiff ? [check.matMul, check.matMulTransposed] : [check.matMulTransposed, check.matMul];
-  return { ...worse, shapes: [...check.matMul.shapes, ...check.matMulTransposed.shapes], ok: worse.ok && other.ok, ms: worse.ms + other.ms };
+  setFusedLayerOp('matMulAdd', 'webgpu', check.matMulAdd.ok ? matMulAddGPU : undefined);
+  // One line for the page: the worst of the three.
+  return foldChecks([check.matMul, check.matMulTransposed, check.matMulAdd]);
 }

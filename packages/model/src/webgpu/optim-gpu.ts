@@ -1,19 +1,15 @@
 import * as tf from '@tensorflow/tfjs';
 import { setFusedAdamW, type AdamWConstants, type FusedAdamW } from '../optim';
 import { mulberry32 } from '../rng';
-import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
 import { requireWebGPUBackend } from './codec-gpu';
-import { AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram, SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram } from './optim-programs';
+import { multiPrograms } from './multi-program';
+import { SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram, adamwProgram, clipProgram } from './optim-programs';
 
 function flat(t: tf.Tensor): tf.Tensor {
   return t.dtype === 'float32' ? tf.reshape(t, [t.size]) : tf.cast(tf.reshape(t, [t.size]), 'float32');
 }
 
-function uniformData(k: AdamWConstants): Array<{ type: string; data: number[] }> {
-  return [k.beta1, k.oneMinusBeta1, k.beta2, k.oneMinusBeta2, k.c1, k.c2, k.epsilon, k.lr, k.decayFactor].map((x) => ({ type: 'float32', data: [x] }));
-}
-
-/** The optimizer step in WGSL (./optim-programs.ts): 3 launches per parameter tensor and one per SUM_INPUTS gradients for the norm, instead of ~18 per tensor. */
+/** The optimizer step in WGSL (./optim-programs.ts): 1 launch per parameter tensor, one per SUM_INPUTS gradients for the norm and one for the clip factor, instead of ~18 per tensor. */
 export const fusedAdamWGPU: FusedAdamW = {
   backend: 'webgpu',
   sumSquares(gs) {
@@ -28,18 +24,20 @@ export const fusedAdamWGPU: FusedAdamW = {
     }
     return tf.engine().makeTensorFromTensorInfo(out) as tf.Tensor1D;
   },
+  clip(partials, maxNorm) {
+    const [norm, scale] = multiPrograms.run(clipProgram(partials.size, maxNorm), [partials]);
+    partials.dispose();
+    return { norm: norm as tf.Scalar, scale: scale! };
+  },
   step(p, m, v, g, scale, k) {
-    const backend = requireWebGPUBackend();
     const [fp, fm, fv, fg, fs] = [flat(p), flat(m), flat(v), flat(g), flat(scale)];
-    const uniforms = uniformData(k);
-    const run = (program: WebGPUProgram, inputs: tf.Tensor[]) => tf.tidy(() => tf.reshape(tf.engine().makeTensorFromTensorInfo(backend.runWebGPUProgram(program, inputs, 'float32', uniforms)), p.shape));
-    const out = {
-      m: run(new AdamWMomentProgram(p.size), [fm!, fg!, fs!]),
-      v: run(new AdamWVarianceProgram(p.size), [fv!, fg!, fs!]),
-      p: run(new AdamWWeightProgram(p.size), [fp!, fm!, fv!, fg!, fs!]),
-    };
+    const [np, nm, nv] = multiPrograms.run(adamwProgram(p.size, k), [fp!, fm!, fv!, fg!, fs!]).map((t) => {
+      const shaped = tf.reshape(t, p.shape);
+      t.dispose();
+      return shaped;
+    });
     tf.dispose([fp!, fm!, fv!, fg!, fs!]);
-    return out;
+    return { p: np!, m: nm!, v: nv! };
   },
 };
 
@@ -71,7 +69,7 @@ export interface OptimizerKernelCheck {
   maxRelativeDiff: number;
   /** The output where maxRelativeDiff was found. */
   worst: 'p' | 'm' | 'v';
-  /** Relative difference of Σ g² (partial sums on the GPU against float64). */
+  /** Relative difference of Σ g² (partial sums on the GPU against float64), and of the norm and clip factor from them. */
   sumSquaresRelativeDiff: number;
   /** What the kernels promise: a few float32 ulps (1.2e-7 each) of the terms, for FMA contraction and the GPU's division and sqrt (WGSL allows 2.5 ulps each). */
   tolerance: number;
@@ -136,8 +134,12 @@ export async function optimizerKernelCheck(n = 4099): Promise<OptimizerKernelChe
     const copies = SUM_INPUTS + 2;
     const partials = fusedAdamWGPU.sumSquares(Array.from({ length: copies }, (_, i) => (i % 2 === 0 ? tg! : reversed)));
     const sum = ((await partials.data()) as Float32Array).reduce((a, b) => a + b, 0) / copies;
-    tf.dispose([partials, reversed]);
-    const sumSquaresRelativeDiff = Math.abs(sum - sum64) / sum64;
+    // The clip launch on those partials: the norm √(copies·Σg²), and the factor for a limit half of it.
+    const norm64 = Math.sqrt(copies * sum64);
+    const clipped = fusedAdamWGPU.clip(partials, norm64 / 2);
+    const [gotNorm, gotScale] = [(await clipped.norm.data())[0]!, (await clipped.scale.data())[0]!];
+    tf.dispose([clipped.norm, clipped.scale, reversed]);
+    const sumSquaresRelativeDiff = Math.max(Math.abs(sum - sum64) / sum64, Math.abs(gotNorm - norm64) / norm64, Math.abs(gotScale - 0.5) / 0.5);
     const tolerance = 1e-6;
     return { elements: n, maxRelativeDiff, worst, sumSquaresRelativeDiff, tolerance, ok: maxRelativeDiff <= tolerance && sumSquaresRelativeDiff <= tolerance, ms };
   } finally {

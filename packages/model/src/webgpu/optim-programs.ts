@@ -8,16 +8,16 @@
  * kernels per parameter tensor: ~530 for a `gpu` stage, 400 ms of a ~1 s
  * step, of which the GPU worked ~57 ms; and tfjs reduces a whole tensor to
  * a scalar in one workgroup, so each `Sum` of the gradient norm ran ~1.4 ms.
- * These kernels do the same arithmetic in 4 launches per tensor:
+ * These kernels do the same arithmetic in 1 launch per tensor and 1 per
+ * SUM_INPUTS tensors:
  *
  * - SumSquaresProgram: Σ g² of up to SUM_INPUTS gradients, SUM_PARTIALS
  *   partial sums each, every workgroup busy, all gradients into one output
  *   that one Sum adds.
- * - AdamWMomentProgram, AdamWVarianceProgram, AdamWWeightProgram: the new
- *   first moment, second moment and weights, each from what it needs of
- *   (p, m, v, g, scale),
- *   the gradient scaled by the clip factor on the way in. tfjs runs one output
- *   per program, so each recomputes the little it needs of the others.
+ * - clipProgram: the norm and the clip factor from those partial sums.
+ * - adamwProgram: the new weights and both moments in one launch per tensor
+ *   (three outputs, ./multi-program.ts), the gradient scaled by the clip
+ *   factor on the way in.
  *
  * The arithmetic follows optim.ts operation for operation, in float32 with
  * the same float32 constants (adamwReference in ./optim-gpu.ts is that
@@ -27,6 +27,7 @@
  * relative tolerance, which optimizerKernelCheck measures on the device.
  */
 import type { WebGPUProgram } from '@tensorflow/tfjs-backend-webgpu';
+import { type MultiProgram, workgroupReduce } from './multi-program';
 
 /** Partial sums per gradient tensor from SumSquaresProgram (one per workgroup). */
 export const SUM_PARTIALS = 128;
@@ -100,97 +101,82 @@ export class SumSquaresProgram implements WebGPUProgram {
   }
 }
 
-/** The uniforms every AdamW program takes, in this order (float32 each). */
-export const ADAMW_UNIFORMS = 'beta1 : f32, oneMinusBeta1 : f32, beta2 : f32, oneMinusBeta2 : f32, c1 : f32, c2 : f32, epsilon : f32, lr : f32, decayFactor : f32,';
+/** The AdamW constants (float32 each), uniforms of adamwProgram in this order. */
+export const ADAMW_CONSTANTS = ['beta1', 'oneMinusBeta1', 'beta2', 'oneMinusBeta2', 'c1', 'c2', 'epsilon', 'lr', 'decayFactor'] as const;
+
+const ADAMW_THREADS = 64;
 
 /**
- * WGSL shared by the AdamW programs: the clipped gradient and the new moments,
- * as optim.ts computes them. A program binds only the inputs its shader reads
- * (tfjs builds the bind group layout from the shader, and an unread binding
- * would be missing from it), so each includes the functions it needs.
+ * One launch per parameter tensor: the new weights p', first moment m' and
+ * second moment v' (three outputs), from p, m, v, g and the clip scale:
+ *
+ *   ĝ = g · scale;  m' = β1·m + (1−β1)·ĝ;  v' = β2·v + (1−β2)·ĝ²;
+ *   p' = p·(1 − lr·wd) − lr · (m'/c1) / (√(v'/c2) + ε)
+ *
+ * (decayFactor is 1 for tensors without decay). 3 outputs and 5 inputs: all 8
+ * storage buffers WebGPU guarantees a shader stage.
  */
-const GRAD_WGSL = `
-  fn tahGrad(i : i32) -> f32 { return g[i] * scale[0]; }`;
-const MOMENT_WGSL = `
-  fn tahMoment(i : i32) -> f32 {
-    let a = m[i] * uniforms.beta1;
-    let b = tahGrad(i) * uniforms.oneMinusBeta1;
-    return a + b;
-  }`;
-const VARIANCE_WGSL = `
-  fn tahVariance(i : i32) -> f32 {
-    let gc = tahGrad(i);
-    let a = v[i] * uniforms.beta2;
-    let b = (gc * gc) * uniforms.oneMinusBeta2;
-    return a + b;
-  }`;
-
-abstract class AdamWProgramBase implements WebGPUProgram {
-  outputShape: number[];
-  abstract shaderKey: string;
-  dispatchLayout: { x: number[] } = { x: [0] };
-  dispatch: [number, number, number];
-  abstract variableNames: string[];
-  workgroupSize: [number, number, number] = [64, 1, 1];
-  size = true;
-  uniforms = ADAMW_UNIFORMS;
-
-  constructor(n: number) {
-    this.outputShape = [n];
-    this.dispatch = [Math.ceil(n / this.workgroupSize[0]), 1, 1];
-  }
-
-  protected abstract body(): string;
-  protected abstract functions(): string;
-
-  getUserCode(): string {
-    return `
-  ${this.functions()}
-  fn main(index : i32) {
-    if (index < uniforms.size) {
-      ${this.body()}
-    }
-  }
-`;
-  }
+export function adamwProgram(n: number, k: Record<(typeof ADAMW_CONSTANTS)[number], number>): MultiProgram {
+  return {
+    kind: 'tah_adamw',
+    key: 'tah_adamw',
+    outputs: [
+      { name: 'pOut', shape: [n] },
+      { name: 'mOut', shape: [n] },
+      { name: 'vOut', shape: [n] },
+    ],
+    inputs: ['p', 'm', 'v', 'g', 'scale'],
+    uniforms: [{ name: 'n', type: 'u32', value: n }, ...ADAMW_CONSTANTS.map((name) => ({ name, type: 'f32' as const, value: k[name] }))],
+    threads: ADAMW_THREADS,
+    workgroups: Math.ceil(n / ADAMW_THREADS),
+    body: `
+  let i = wg * ${ADAMW_THREADS}u + lid;
+  if (i >= u.n) { return; }
+  let gc = g[i] * scale[0];
+  let mNew = m[i] * u.beta1 + gc * u.oneMinusBeta1;
+  let vNew = v[i] * u.beta2 + (gc * gc) * u.oneMinusBeta2;
+  let mHat = mNew / u.c1;
+  let denom = sqrt(vNew / u.c2) + u.epsilon;
+  let update = mHat / denom;
+  let decayed = p[i] * u.decayFactor;
+  pOut[i] = decayed - update * u.lr;
+  mOut[i] = mNew;
+  vOut[i] = vNew;`,
+  };
 }
 
-/** m' = β1·m + (1−β1)·ĝ, with ĝ = g · clip scale. */
-export class AdamWMomentProgram extends AdamWProgramBase {
-  shaderKey = 'tah_adamw_moment';
-  variableNames = ['m', 'g', 'scale'];
-  protected functions(): string {
-    return GRAD_WGSL + MOMENT_WGSL;
-  }
-  protected body(): string {
-    return 'result[index] = tahMoment(index);';
-  }
-}
+const CLIP_THREADS = 256;
 
-/** v' = β2·v + (1−β2)·ĝ². */
-export class AdamWVarianceProgram extends AdamWProgramBase {
-  shaderKey = 'tah_adamw_variance';
-  variableNames = ['v', 'g', 'scale'];
-  protected functions(): string {
-    return GRAD_WGSL + VARIANCE_WGSL;
-  }
-  protected body(): string {
-    return 'result[index] = tahVariance(index);';
-  }
-}
-
-/** p' = p·(1 − lr·wd) − lr · (m'/c1) / (√(v'/c2) + ε); decayFactor is 1 for tensors without decay. */
-export class AdamWWeightProgram extends AdamWProgramBase {
-  shaderKey = 'tah_adamw_weight';
-  variableNames = ['p', 'm', 'v', 'g', 'scale'];
-  protected functions(): string {
-    return GRAD_WGSL + MOMENT_WGSL + VARIANCE_WGSL;
-  }
-  protected body(): string {
-    return `let mHat = tahMoment(index) / uniforms.c1;
-      let denom = sqrt(tahVariance(index) / uniforms.c2) + uniforms.epsilon;
-      let update = mHat / denom;
-      let decayed = p[index] * uniforms.decayFactor;
-      result[index] = decayed - update * uniforms.lr;`;
-  }
+/**
+ * The gradients' global norm and the clip factor from SumSquaresProgram's
+ * partial sums, in one launch of one workgroup (tfjs: a Sum, a Sqrt, a
+ * Maximum and a Div): norm = √Σ partials, scale = maxNorm / max(norm, maxNorm).
+ */
+export function clipProgram(partials: number, maxNorm: number): MultiProgram {
+  return {
+    kind: 'tah_clip',
+    key: 'tah_clip',
+    outputs: [
+      { name: 'norm', shape: [] },
+      { name: 'scale', shape: [1] },
+    ],
+    inputs: ['partials'],
+    uniforms: [
+      { name: 'n', type: 'u32', value: partials },
+      { name: 'maxNorm', type: 'f32', value: maxNorm },
+    ],
+    threads: CLIP_THREADS,
+    workgroups: 1,
+    prelude: `var<workgroup> tahSum : array<f32, ${CLIP_THREADS}>;`,
+    body: `
+  var s = 0.0;
+  for (var i = lid; i < u.n; i = i + ${CLIP_THREADS}u) { s = s + partials[i]; }
+  var total = 0.0;
+  ${workgroupReduce('tahSum', 's', 'total', CLIP_THREADS)}
+  if (lid == 0u) {
+    let n = sqrt(total);
+    norm[0] = n;
+    scale[0] = u.maxNorm / max(n, u.maxNorm);
+  }`,
+  };
 }
