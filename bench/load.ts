@@ -15,8 +15,15 @@
  * miner received from the coordinator per minute. It stops when heartbeat
  * p99 passes 500 ms or any miner is dropped.
  *
+ * The simulated miners of one stage share one stage-map view
+ * (SharedStageViews): every socket still receives and decodes every message,
+ * but N copies of an O(N) map made the generator's own memory grow as N² (at
+ * 5,000 miners 2.5 GB of heap and a quarter of its time in the garbage
+ * collector, its event loop stalling until miners were dropped).
+ *
  * TAH_LOAD_CPU_PROF=<folder>: the coordinator writes a V8 CPU profile there
- * when it stops (where its time went).
+ * when it stops (where its time went); TAH_LOAD_GENERATOR_PROF=<folder>: the
+ * generator does.
  *
  * Measured here: one process on the embedded database (the headline keys),
  * one on a PostgreSQL server started here (`maxMinersOneProcessPostgres`,
@@ -35,7 +42,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { finish, machine } from './lib';
-import { simMiner, type SimMiner } from '../server/src/testing/sim-miners';
+import { SharedStageViews, simMiner, type SimMiner } from '../server/src/testing/sim-miners';
 
 const STEPS = (process.env.TAH_LOAD_STEPS ?? '100,300,600,1000,2000,3000,5000,7500,10000').split(',').map(Number);
 const WINDOW_MS = Number(process.env.TAH_LOAD_WINDOW_MS ?? 30_000);
@@ -123,6 +130,8 @@ const dataDir = mkdtempSync(join(tmpdir(), 'tah-load-'));
 const coordinators = [await startCoordinator(dataDir)];
 if (RAMP === 'two-processes') coordinators.push(await startCoordinator(dataDir));
 const urls = coordinators.map((c) => c.url);
+/** One stage-map view per stage for all the simulated miners (SharedStageViews). */
+const sharedViews = new SharedStageViews(urls[0]!);
 let nextUrl = 0;
 /** Every coordinator process's state: RSS summed, the longest stall of any. */
 const coordinatorsState = async (): Promise<{ rssMb: number; maxStallMs: number; rssMbEach: number[] }> => {
@@ -195,7 +204,7 @@ async function joinOne(regMs: number[]): Promise<SimMiner> {
   const t = performance.now();
   for (let attempt = 1; ; attempt++) {
     try {
-      const m = await simMiner(urls[nextUrl++ % urls.length]!); // in turn, as a load balancer spreads them
+      const m = await simMiner(urls[nextUrl++ % urls.length]!, undefined, sharedViews); // in turn, as a load balancer spreads them
       regMs.push(performance.now() - t);
       watch(m); // heartbeats from now on, not once its whole batch is in (a batch can outlast the silence limit)
       return m;
@@ -272,7 +281,7 @@ for (const target of STEPS) {
     joinRetries,
     joinRetryErrors: { ...joinRetryErrors },
     listenOverflows: listenOverflows() - overflowsBefore,
-    stageMapRefetches: miners.reduce((n, m) => n + m.view.refetches, 0),
+    stageMapRefetches: [...new Set(miners.map((m) => m.view))].reduce((n, v) => n + v.refetches, 0),
     microbatchesReported: reported - reportedBefore,
   };
   steps.push(step);
@@ -324,7 +333,7 @@ async function orchestrate(): Promise<void> {
     // The generator's heap, raised from Node's default (about 4 GB) so that its limit is not what ends the ramp: its
     // simulated miners hold about 0.45 MB each (3.5 GB at 7,500). Measured with it: the generator still stalls 47 s at
     // 7,500 (bench/results/load-pglite.json), so that stall is its CPU, not its heap.
-    const child = spawn(process.execPath, [`--max-old-space-size=${GENERATOR_HEAP_MB}`, '--import', 'tsx', fileURLToPath(import.meta.url)], { env: { ...process.env, ...env, TAH_LOAD_RAMP: database }, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [`--max-old-space-size=${GENERATOR_HEAP_MB}`, ...(process.env.TAH_LOAD_GENERATOR_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.TAH_LOAD_GENERATOR_PROF}`] : []), '--import', 'tsx', fileURLToPath(import.meta.url)], { env: { ...process.env, ...env, TAH_LOAD_RAMP: database }, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout.on('data', (d: Buffer) => {
       process.stdout.write(d);
@@ -374,6 +383,7 @@ async function orchestrate(): Promise<void> {
     ramp: lite?.ramp ?? [],
     windowMs: WINDOW_MS,
     pipelines: PIPELINES,
+    generator: 'on this machine beside the coordinator; the simulated miners of a stage share one stage-map view (each socket still receives and decodes every message)',
     machine: machine('wasm'),
   });
 }

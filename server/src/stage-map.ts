@@ -10,6 +10,21 @@ export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
  * departures within it reach the miners as one delta per stage, that much later.
  */
 export const PUBLISH_EVERY_MS = 200;
+/**
+ * …and longer as the run grows (0.1 ms per miner, at most PUBLISH_MAX_MS): while
+ * miners keep joining, each publish sends a delta to every miner of the
+ * neighbouring stages, N messages each time; with the interval growing with N,
+ * a miner receives a bounded number of them per second however many join (at
+ * 10,000 miners a join reaches its neighbours within 1 s). The bytes are the
+ * same (each change goes once to each neighbour), in fewer, larger messages.
+ */
+export const PUBLISH_MS_PER_MINER = 0.1;
+export const PUBLISH_MAX_MS = 2000;
+
+/** The wait between two publishes of a map of `miners` miners. */
+export function publishEveryMs(miners: number): number {
+  return Math.min(PUBLISH_MAX_MS, Math.max(PUBLISH_EVERY_MS, miners * PUBLISH_MS_PER_MINER));
+}
 /** How far each stage's number jumps when another process takes over publishing (StageMapFeed.lead). */
 export const TAKEOVER_SEQ_JUMP = 1000;
 
@@ -22,7 +37,7 @@ export const stageRoom = (stage: number): string => `stage:${stage}`;
  * (whatever changed it: a registration, a departure, a drop, a flag, a
  * rebalance) and sends each stage that changed as one delta, numbered, encoded
  * once for the rooms of the stages that talk to it. Calls made while a
- * publish runs or waits its turn (PUBLISH_EVERY_MS) are folded into one more:
+ * publish runs or waits its turn (publishEveryMs) are folded into one more:
  * a burst of joins costs one read.
  * A snapshot (`view`) is taken from what was published, never from the
  * database, so that it and the deltas after it follow one numbering.
@@ -90,8 +105,8 @@ export class StageMapFeed {
     }
     if (this.queued) return this.queued;
     const next = this.tail.then(async () => {
-      // Reads at most every PUBLISH_EVERY_MS: what changes meanwhile (a burst of registrations) goes out in one.
-      const wait = this.lastRead + PUBLISH_EVERY_MS - performance.now();
+      // Reads at most every publishEveryMs: what changes meanwhile (a burst of registrations) goes out in one.
+      const wait = this.lastRead + publishEveryMs(this.published.reduce((n, v) => n + v.miners.length, 0)) - performance.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       this.queued = undefined;
       this.lastRead = performance.now();
