@@ -3,8 +3,8 @@ import { addLayerNormComposite, setFusedLayerOp, type AddNormed } from '../layer
 import { mulberry32 } from '../rng';
 import { requireWebGPUBackend } from './codec-gpu';
 import { checkFusedOp, foldChecks, type FusedKernelCheck } from './fused-check';
-import { ROW_WORKGROUP, layerNormGradGBProgram, multiRowStats } from './layernorm-programs';
-import { type MultiProgram, multiPrograms, workgroupReduce } from './multi-program';
+import { ROW_WORKGROUP, layerNormGradGBProgram, rowDx, rowDxSums, rowProgram, rowStats } from './layernorm-programs';
+import { type MultiProgram, multiPrograms } from './multi-program';
 
 /**
  * A residual add and the layer norm that reads its sum (layers.ts,
@@ -45,21 +45,6 @@ function uniforms(d: Dims, extra: Array<{ name: string; value: number }> = []): 
   ];
 }
 
-/** A program of one workgroup per row of s = pad(x) + a: `body` runs after the row's mean and rstd. */
-function rowProgram(d: Dims, p: Pick<MultiProgram, 'kind' | 'key' | 'outputs' | 'inputs' | 'uniforms'>, body: string): MultiProgram {
-  return {
-    ...p,
-    threads: ROW_WORKGROUP,
-    workgroups: d.rows,
-    prelude: `var<workgroup> tahRow : array<f32, ${ROW_WORKGROUP}>;`,
-    body: `
-  let row = wg;
-  let cols = u.cols;
-  let base = row * cols;
-  ${multiRowStats(SUM)}${body}`,
-  };
-}
-
 export function addLayerNormProgram(d: Dims): MultiProgram {
   const outputs = d.lane
     ? [
@@ -71,9 +56,9 @@ export function addLayerNormProgram(d: Dims): MultiProgram {
         { name: 'normed', shape: [d.rows, d.cols] },
       ];
   return rowProgram(
-    d,
+    d.rows,
     { kind: 'tah_add_layer_norm', key: d.lane ? 'tah_add_layer_norm_lane' : 'tah_add_layer_norm', outputs, inputs: ['x', 'a', 'g', 'b'], uniforms: uniforms(d) },
-    `
+    `${rowStats(SUM)}
   for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) {
     let v = ${SUM('c')};
     normed[base + c] = (v - mean) * rstd * g[c] + b[c];
@@ -86,7 +71,7 @@ export function addLayerNormProgram(d: Dims): MultiProgram {
 export function addLayerNormGradProgram(d: Dims, resCols: number): MultiProgram {
   const narrow = d.xCols < d.cols;
   return rowProgram(
-    d,
+    d.rows,
     {
       kind: 'tah_add_layer_norm_grad',
       key: `tah_add_layer_norm_grad${narrow ? '_narrow' : ''}`,
@@ -94,19 +79,9 @@ export function addLayerNormGradProgram(d: Dims, resCols: number): MultiProgram 
       inputs: ['x', 'a', 'g', 'dy', 'dres'],
       uniforms: uniforms(d, [{ name: 'resCols', value: resCols }]),
     },
-    `
-  s = 0.0; // multiRowStats' accumulator
-  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { s = s + g[c] * dy[base + c]; }
-  var sumA = 0.0;
-  ${workgroupReduce('tahRow', 's', 'sumA', ROW_WORKGROUP)}
-  s = 0.0;
-  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { s = s + g[c] * dy[base + c] * (${SUM('c')} - mean) * rstd; }
-  var sumAX = 0.0;
-  ${workgroupReduce('tahRow', 's', 'sumAX', ROW_WORKGROUP)}
-  let n = f32(cols);
+    `${rowStats(SUM)}${rowDxSums(SUM)}
   for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) {
-    let xhat = (${SUM('c')} - mean) * rstd;
-    let v = select(0.0, dres[row * u.resCols + c], c < u.resCols) + rstd * (g[c] * dy[base + c] - sumA / n - xhat * (sumAX / n));
+    let v = select(0.0, dres[row * u.resCols + c], c < u.resCols) + ${rowDx(SUM, 'c')};
     dsum[base + c] = v;
     ${narrow ? 'if (c < u.xCols) { dx[row * u.xCols + c] = v; }' : ''}
   }

@@ -24,7 +24,7 @@ export { ADAMW_CONSTANTS, SUM_INPUTS, SUM_PARTIALS, SumSquaresProgram, adamwProg
 export { adamwReference, fusedAdamWGPU, optimizerKernelCheck, useFusedOptimizer, type OptimizerKernelCheck } from './optim-gpu';
 export { countGpuWork, type GpuCounter, type GpuCounts } from './counters';
 export { SUBMIT_EVERY_DISPATCHES, useSteadyStateWebGPU, useWriteBufferUploads } from './steady-state';
-export { LayerNormGradXProgram, layerNormGradGBProgram, layerNormProgram } from './layernorm-programs';
+export { layerNormGradGBProgram, layerNormGradXProgram, layerNormProgram } from './layernorm-programs';
 export { multiProgramCode, multiPrograms, type MultiProgram } from './multi-program';
 export { attentionGradProgram, attentionProgram, attentionKernelCheck, fusedAttentionGPU, useFusedAttention } from './attention';
 export { fusedLayerNormGPU, layerNormKernelCheck, useFusedLayerNorm } from './layernorm';

@@ -1,4 +1,3 @@
-import { FlatProgram } from './flat-program';
 import { type MultiProgram, workgroupReduce } from './multi-program';
 
 /**
@@ -18,58 +17,8 @@ export const ROW_WORKGROUP = 64;
 /** LN_EPS of layers.ts. */
 export const LAYER_NORM_EPS = 1e-5;
 
-/** WGSL: the sum over a row of `expr` (in terms of the column c) into `into`, every thread of the workgroup taking part. */
-function rowSum(array: string, expr: string, into: string): string {
-  const wg = ROW_WORKGROUP;
-  return `
-    {
-      var s = 0.0;
-      if (inRange) {
-        for (var c = lid; c < cols; c = c + ${wg}) { s = s + (${expr}); }
-      }
-      ${array}[lid] = s;
-      workgroupBarrier();
-      for (var k = ${wg / 2}u; k > 0u; k = k >> 1u) {
-        if (u32(lid) < k) { ${array}[lid] = ${array}[lid] + ${array}[lid + i32(k)]; }
-        workgroupBarrier();
-      }
-      ${into} = ${array}[0];
-      workgroupBarrier();
-    }`;
-}
-
-/** The head of a one-workgroup-per-row program over x [rows, cols]: lid, row, cols, inRange, base. */
-function rowHead(): string {
-  return `
-    let lid = index % ${ROW_WORKGROUP};
-    let row = index / ${ROW_WORKGROUP};
-    let rows = uniforms.xShape.x;
-    let cols = uniforms.xShape.y;
-    let inRange = row < rows;
-    let base = row * cols;`;
-}
-
-abstract class RowProgram extends FlatProgram {
-  /** One workgroup of ROW_WORKGROUP threads per row of x. */
-  constructor(rows: number, outCols: number) {
-    super([rows, outCols], rows, ROW_WORKGROUP, false);
-  }
-
-  /** The body of main(index), for the row index / ROW_WORKGROUP (workgroup memory: tahRow). */
-  abstract body(): string;
-
-  getUserCode(): string {
-    return `
-  var<workgroup> tahRow : array<f32, ${ROW_WORKGROUP}>;
-  fn main(index : i32) {
-    ${this.body()}
-  }
-`;
-  }
-}
-
-/** WGSL (multi-program body): the mean and rstd of row `row` of x [rows, cols], one workgroup of ROW_WORKGROUP threads. */
-export function multiRowStats(x = (c: string) => `x[base + ${c}]`): string {
+/** WGSL: the mean and rstd of this row of the norm's input (`x(c)`, default x[base + c]); `s` is its accumulator. */
+export function rowStats(x = (c: string) => `x[base + ${c}]`): string {
   return `
   var total = 0.0;
   var s = 0.0;
@@ -84,28 +33,55 @@ export function multiRowStats(x = (c: string) => `x[base + ${c}]`): string {
 }
 
 /**
- * y = (x − mean) · rstd · g + b per row of x [rows, cols], and each row's
- * mean and rstd [rows, 2] for the backward (two outputs, ./multi-program.ts):
- * the gradient needs no launch of its own to recompute them.
+ * WGSL, after the row's mean and rstd: the two row sums of the norm's dx,
+ * Σ g·dy and Σ g·dy·x̂ (sumA, sumAX); then rowDx(x, c) is dx at column c:
+ * dx = rstd · (a − mean(a) − x̂ · mean(a · x̂)) with a = g · dy, x̂ = (x − mean) · rstd.
  */
-export function layerNormProgram(rows: number, cols: number): MultiProgram {
+export function rowDxSums(x = (c: string) => `x[base + ${c}]`): string {
+  return `
+  var acc = 0.0;
+  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { acc = acc + g[c] * dy[base + c]; }
+  var sumA = 0.0;
+  ${workgroupReduce('tahRow', 'acc', 'sumA', ROW_WORKGROUP)}
+  acc = 0.0;
+  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { acc = acc + g[c] * dy[base + c] * (${x('c')} - mean) * rstd; }
+  var sumAX = 0.0;
+  ${workgroupReduce('tahRow', 'acc', 'sumAX', ROW_WORKGROUP)}
+  let n = f32(cols);`;
+}
+
+export function rowDx(x: (c: string) => string, c: string): string {
+  return `rstd * (g[${c}] * dy[base + ${c}] - sumA / n - (${x(c)} - mean) * rstd * (sumAX / n))`;
+}
+
+/** A program of one workgroup of ROW_WORKGROUP threads per row (`row`, `cols` = u.cols, `base`; tahRow for reductions). */
+export function rowProgram(rows: number, p: Pick<MultiProgram, 'kind' | 'key' | 'outputs' | 'inputs' | 'uniforms'>, body: string): MultiProgram {
   return {
-    kind: 'tah_layer_norm',
-    key: 'tah_layer_norm',
-    outputs: [
-      { name: 'y', shape: [rows, cols] },
-      { name: 'stats', shape: [rows, 2] },
-    ],
-    inputs: ['x', 'g', 'b'],
-    uniforms: [{ name: 'cols', type: 'u32', value: cols }],
+    ...p,
     threads: ROW_WORKGROUP,
     workgroups: rows,
     prelude: `var<workgroup> tahRow : array<f32, ${ROW_WORKGROUP}>;`,
     body: `
   let row = wg;
   let cols = u.cols;
-  let base = row * cols;
-  ${multiRowStats()}
+  let base = row * cols;${body}`,
+  };
+}
+
+/**
+ * y = (x − mean) · rstd · g + b per row of x [rows, cols], and each row's
+ * mean and rstd [rows, 2] for the backward (two outputs, ./multi-program.ts):
+ * the gradient needs no launch of its own to recompute them.
+ */
+export function layerNormProgram(rows: number, cols: number): MultiProgram {
+  const outputs = [
+    { name: 'y', shape: [rows, cols] },
+    { name: 'stats', shape: [rows, 2] },
+  ];
+  return rowProgram(
+    rows,
+    { kind: 'tah_layer_norm', key: 'tah_layer_norm', outputs, inputs: ['x', 'g', 'b'], uniforms: [{ name: 'cols', type: 'u32', value: cols }] },
+    `${rowStats()}
   for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) {
     y[base + c] = (x[base + c] - mean) * rstd * g[c] + b[c];
   }
@@ -113,37 +89,20 @@ export function layerNormProgram(rows: number, cols: number): MultiProgram {
     stats[row * 2u] = mean;
     stats[row * 2u + 1u] = rstd;
   }`,
-  };
+  );
 }
 
-/**
- * dx = rstd · (a − mean(a) − x̂ · mean(a · x̂)) with a = g · dy and
- * x̂ = (x − mean) · rstd, per row; mean and rstd from LayerNormStatsProgram.
- */
-export class LayerNormGradXProgram extends RowProgram {
-  shaderKey = 'tah_layer_norm_dx';
-  variableNames = ['x', 'g', 'dy', 'stats'];
-
-  body(): string {
-    return `
-    ${rowHead()}
-    var mean = 0.0;
-    var rstd = 0.0;
-    if (inRange) {
-      mean = stats[row * 2];
-      rstd = stats[row * 2 + 1];
-    }
-    var sumA = 0.0;
-    ${rowSum('tahRow', 'g[c] * dy[base + c]', 'sumA')}
-    var sumAX = 0.0;
-    ${rowSum('tahRow', 'g[c] * dy[base + c] * (x[base + c] - mean) * rstd', 'sumAX')}
-    if (!inRange) { return; }
-    let n = f32(cols);
-    for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}) {
-      let xhat = (x[base + c] - mean) * rstd;
-      result[base + c] = rstd * (g[c] * dy[base + c] - sumA / n - xhat * (sumAX / n));
-    }`;
-  }
+/** The norm's dx per row of x [rows, cols], its mean and rstd from the forward's stats. */
+export function layerNormGradXProgram(rows: number, cols: number): MultiProgram {
+  const x = (c: string) => `x[base + ${c}]`;
+  return rowProgram(
+    rows,
+    { kind: 'tah_layer_norm_dx', key: 'tah_layer_norm_dx', outputs: [{ name: 'dx', shape: [rows, cols] }], inputs: ['x', 'g', 'dy', 'stats'], uniforms: [{ name: 'cols', type: 'u32', value: cols }] },
+    `
+  let mean = stats[row * 2u];
+  let rstd = stats[row * 2u + 1u];${rowDxSums(x)}
+  for (var c = lid; c < cols; c = c + ${ROW_WORKGROUP}u) { dx[base + c] = ${rowDx(x, 'c')}; }`,
+  );
 }
 
 /**

@@ -2,9 +2,8 @@ import * as tf from '@tensorflow/tfjs';
 import { layerNormComposite, setFusedLayerOp } from '../layers';
 import { mulberry32 } from '../rng';
 import { requireWebGPUBackend } from './codec-gpu';
-import { runProgram } from './flat-program';
 import { checkFusedOp, type FusedKernelCheck } from './fused-check';
-import { LayerNormGradXProgram, layerNormGradGBProgram, layerNormProgram } from './layernorm-programs';
+import { layerNormGradGBProgram, layerNormGradXProgram, layerNormProgram } from './layernorm-programs';
 import { multiPrograms } from './multi-program';
 
 /** Layer norm in WGSL (./layernorm-programs.ts): 1 launch forward (which keeps each row's mean and rstd), 2 backward, instead of ~9 and ~25. */
@@ -16,7 +15,7 @@ const fusedLayerNormOp = tf.customGrad(((x: tf.Tensor2D, g: tf.Tensor1D, b: tf.T
   return {
     value: y!,
     gradFunc: (dy: tf.Tensor | tf.Tensor[], [sx, sg, sstats]: tf.Tensor[]) => [
-      runProgram(new LayerNormGradXProgram(rows, cols), [sx!, sg!, dy as tf.Tensor, sstats!]),
+      ...multiPrograms.run(layerNormGradXProgram(rows, cols), [sx!, sg!, dy as tf.Tensor, sstats!]),
       ...multiPrograms.run(layerNormGradGBProgram(rows, cols), [sx!, dy as tf.Tensor, sstats!]),
     ],
   };

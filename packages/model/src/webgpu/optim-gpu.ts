@@ -31,11 +31,7 @@ export const fusedAdamWGPU: FusedAdamW = {
   },
   step(p, m, v, g, scale, k) {
     const [fp, fm, fv, fg, fs] = [flat(p), flat(m), flat(v), flat(g), flat(scale)];
-    const [np, nm, nv] = multiPrograms.run(adamwProgram(p.size, k), [fp!, fm!, fv!, fg!, fs!]).map((t) => {
-      const shaped = tf.reshape(t, p.shape);
-      t.dispose();
-      return shaped;
-    });
+    const [np, nm, nv] = multiPrograms.run(adamwProgram(p.shape, k), [fp!, fm!, fv!, fg!, fs!]);
     tf.dispose([fp!, fm!, fv!, fg!, fs!]);
     return { p: np!, m: nm!, v: nv! };
   },

@@ -116,14 +116,15 @@ const ADAMW_THREADS = 64;
  * (decayFactor is 1 for tensors without decay). 3 outputs and 5 inputs: all 8
  * storage buffers WebGPU guarantees a shader stage.
  */
-export function adamwProgram(n: number, k: Record<(typeof ADAMW_CONSTANTS)[number], number>): MultiProgram {
+export function adamwProgram(shape: number[], k: Record<(typeof ADAMW_CONSTANTS)[number], number>): MultiProgram {
+  const n = shape.reduce((a, b) => a * b, 1);
   return {
     kind: 'tah_adamw',
     key: 'tah_adamw',
     outputs: [
-      { name: 'pOut', shape: [n] },
-      { name: 'mOut', shape: [n] },
-      { name: 'vOut', shape: [n] },
+      { name: 'pOut', shape },
+      { name: 'mOut', shape },
+      { name: 'vOut', shape },
     ],
     inputs: ['p', 'm', 'v', 'g', 'scale'],
     uniforms: [{ name: 'n', type: 'u32', value: n }, ...ADAMW_CONSTANTS.map((name) => ({ name, type: 'f32' as const, value: k[name] }))],
