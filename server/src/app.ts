@@ -11,7 +11,7 @@ import { cryptoReady, DASHBOARD_NAMESPACE } from '@train-at-home/protocol';
 import { Coordinator } from './coordinator';
 import { DEFAULT_LOCAL_MINERS, LocalMiners, type LocalMinerOptions } from './local-miners';
 import { RateLimited } from './rate-limited';
-import { openDatabase, type Database, type DatabaseOptions } from './db/database';
+import type { Database, DatabaseOptions } from './db/database';
 import { DashboardFeed } from './dashboard/feed';
 import { checkpointRoutes } from './routes/checkpoints';
 import { dashboardRoutes } from './routes/dashboard';
@@ -27,7 +27,8 @@ import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
 import { LIVENESS_FLUSH_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './liveness';
 import { Validator } from './validator';
-import { JobLease, ScaleOut, redisAdapter, redisClients } from './scale-out';
+import { RunStore, type JobLease } from './run-state';
+import { ScaleOut } from './scale-out';
 
 export interface AppOptions {
   run?: RunOverrides;
@@ -166,7 +167,6 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const rewards = rewardsSettings(options.rewards); // a bad domain fails here, before anything opens
   const network = networkSettings(options.network); // so does a bad STUN or TURN setting
   const limits = { ...DEFAULT_HTTP_LIMITS, ...options.http };
-  if (options.redisUrl && !options.database?.url) throw new Error('scale-out mode (REDIS_URL) needs a PostgreSQL server (DATABASE_URL) that every process shares');
 
   const fastify = Fastify({
     logger: options.logger ?? false,
@@ -188,21 +188,23 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     req.log.error({ err }, 'request failed');
     return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
   });
-  const redis = options.redisUrl ? await redisClients(options.redisUrl, fastify.log) : undefined;
+  // The run's state (run-state.ts): the database, and Redis in scale-out mode.
+  const store = await RunStore.open({ ...(options.database ? { database: options.database } : {}), ...(options.redisUrl ? { redisUrl: options.redisUrl } : {}) }, fastify.log);
+  const { db } = store;
+  const runName = options.run?.name ?? 'default';
   // Every route, per client IP; over the limit: 429 RATE_LIMITED with the time to wait (and retry-after).
   // In scale-out mode the counts are kept in Redis, so an IP's budget is the run's, not each process's.
   await fastify.register(rateLimit, {
     global: true,
-    ...(redis ? { redis: redis.pub, nameSpace: `tah:${options.run?.name ?? 'default'}:rate:` } : {}),
+    ...store.httpRateLimits(runName),
     max: limits.requestsPerIpPerMinute,
     timeWindow: 60_000,
     // Thrown by the plugin's hook, answered by the error handlers (here and in plugins that have their own).
     errorResponseBuilder: (_req, context) => new RateLimited(context.ttl),
   });
-  const db = await openDatabase(options.database ?? {});
-  const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log, Boolean(redis));
+  const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log, store.scaledOut);
   coordinator.setNetwork(network);
-  if (!redis) {
+  if (!store.scaledOut) {
     // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
     const [seen] = await db.query<{ at: Date | string | null }>(`SELECT max(last_seen_at) AS at FROM miners WHERE run_id = $1`, [coordinator.runId]);
     if (seen?.at) coordinator.outage = { from: new Date(seen.at).toISOString(), to: new Date().toISOString() };
@@ -227,19 +229,19 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     serveAppPages(fastify, join(options.webRoot, 'index.html'));
   }
   // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
-  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false, ...(redis ? { adapter: redisAdapter(redis, coordinator.run.name) } : {}) });
+  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false, adapter: store.socketAdapter(coordinator.run.name) });
   const feed = new DashboardFeed(coordinator, io.of(DASHBOARD_NAMESPACE), options.dashboard?.pushMs);
   await fastify.register(dashboardRoutes, { coordinator, feed });
   refuseOtherSocketMethods(fastify.server);
   coordinator.io = io;
   // Socket budgets shared by every process in scale-out mode (in Redis), as the HTTP ones above are.
-  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, redis ? { redis: redis.pub, prefix: `tah:${coordinator.run.name}:socket-rate:` } : undefined));
+  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, store.socketRateLimits(coordinator.run.name)));
   if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);
   // One process runs the singleton jobs (validator, settlement, local miners, the stage map's publisher): with one process, this one.
-  const lease = new JobLease(redis ? options.database?.url : undefined, coordinator.runId, fastify.log);
-  if (redis) {
+  const lease = store.jobLease(coordinator.runId, fastify.log);
+  if (store.scaledOut) {
     coordinator.scaleOut = new ScaleOut(io, coordinator, lease, silentMs);
     coordinator.scaleOut.probeAnswers = (probeId, minerId, bytes) => validator.spotChecks.answer(probeId, minerId, bytes);
   }
@@ -293,8 +295,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
         clearInterval(drain);
       }
       await coordinator.liveness.flush().catch((err: unknown) => fastify.log.error({ err }, 'could not store heartbeat times'));
-      await redis?.close();
-      await db.close();
+      await store.close();
     },
   };
 }

@@ -1,13 +1,10 @@
-import { createAdapter } from '@socket.io/redis-adapter';
-import { Redis } from 'ioredis';
-import pg from 'pg';
 import type { Server } from 'socket.io';
 import { ProtocolError, type ClientMessage, type ProtocolErrorCode, type StageDelta } from '@train-at-home/protocol';
 import type { ActivationRegistry } from './activations';
 import type { LiveState } from './dashboard/live';
 import { LIVENESS_FLUSH_MS } from './liveness';
 import type { PhaseMachine } from './phases';
-import type { MinerAction, RunContext } from './run-state';
+import type { JobLease, MinerAction, RunContext } from './run-state';
 import type { StageMapFeed } from './stage-map';
 import { ProbeError } from './validator/probe-error';
 
@@ -42,126 +39,10 @@ import { ProbeError } from './validator/probe-error';
  * each process's own.
  */
 
-/** The first key of the advisory lock that names a run's singleton-job holder (the second is the run's id). */
-export const JOBS_LOCK = 0x7a5;
-/** How often a process without the lease tries for it, and the holder checks its connection. */
-export const LEASE_RETRY_MS = 1000;
-/** How often the lease holder looks for miners whose process died (their heartbeats stopped reaching the database). */
-const ORPHAN_SWEEP_MS = 5000;
-
-/**
- * Whether this process runs the run's singleton jobs. With the embedded
- * database there is one process: it holds the lease from the start. With a
- * PostgreSQL server, the lease is a session advisory lock on a connection of
- * its own: tried every LEASE_RETRY_MS until taken, checked as often while held
- * (a connection that broke lost the lock with it: PostgreSQL releases a dead
- * session's locks, which is how another process takes over from one killed).
- */
-export class JobLease {
-  held = false;
-  private client?: pg.Client;
-  private timer?: NodeJS.Timeout;
-  private closed = false;
-  private readonly listeners: Array<(held: boolean) => void> = [];
-
-  constructor(
-    private readonly url: string | undefined,
-    private readonly runId: number,
-    private readonly log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void },
-    private readonly retryMs = LEASE_RETRY_MS,
-  ) {}
-
-  /** Called with true when this process takes the lease, false when it loses it. */
-  onChange(listener: (held: boolean) => void): void {
-    this.listeners.push(listener);
-  }
-
-  start(): void {
-    if (!this.url) return this.set(true);
-    void this.attempt();
-  }
-
-  private set(held: boolean): void {
-    if (held === this.held) return;
-    this.held = held;
-    this.log.info({ held, runId: this.runId }, held ? 'this process runs the singleton jobs' : 'this process lost the singleton jobs');
-    for (const l of this.listeners) l(held);
-  }
-
-  private async attempt(): Promise<void> {
-    if (this.closed) return;
-    try {
-      if (!this.client) {
-        const client = new pg.Client({ connectionString: this.url, keepAlive: true });
-        client.on('error', () => this.lost(client));
-        client.on('end', () => this.lost(client));
-        this.client = client;
-        await client.connect();
-      }
-      const client = this.client;
-      if (this.held) await client.query('SELECT 1'); // still ours while this session lives
-      else {
-        const { rows } = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [JOBS_LOCK, this.runId]);
-        if (rows[0]?.ok && !this.closed) this.set(true);
-      }
-    } catch (err) {
-      if (this.client) this.lost(this.client, err);
-    }
-    if (!this.closed) this.timer = setTimeout(() => void this.attempt(), this.retryMs);
-  }
-
-  private lost(client: pg.Client, err?: unknown): void {
-    if (this.client !== client) return;
-    this.client = undefined;
-    client.end().catch(() => {});
-    if (!this.closed) this.log.warn({ err }, 'the singleton jobs lease connection broke');
-    this.set(false);
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    clearTimeout(this.timer);
-    const client = this.client;
-    this.client = undefined;
-    this.set(false);
-    await client?.end().catch(() => {}); // the lock goes with the session
-  }
-}
-
-/**
- * Redis clients for socket.io's adapter (publish and subscribe), connected, or a named error. A
- * connection that breaks later is logged and reconnected by ioredis; once closed, nothing is logged
- * (a departure handled during shutdown may still try to publish).
- */
-export async function redisClients(url: string, log: { warn(obj: object, msg: string): void }): Promise<{ pub: Redis; sub: Redis; close(): Promise<void> }> {
-  const pub = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3 });
-  const sub = pub.duplicate();
-  let closed = false;
-  for (const client of [pub, sub]) client.on('error', (err: Error) => void (closed || log.warn({ err }, 'Redis connection error')));
-  try {
-    await Promise.all([pub.connect(), sub.connect()]);
-  } catch (e) {
-    pub.disconnect();
-    sub.disconnect();
-    throw new Error(`could not reach Redis at REDIS_URL (${(e as Error).message})`);
-  }
-  return {
-    pub,
-    sub,
-    async close() {
-      closed = true;
-      await Promise.allSettled([pub.quit(), sub.quit()]);
-    },
-  };
-}
-
-/** socket.io's Redis adapter over those clients, its channels named by the run. */
-export function redisAdapter(clients: { pub: Redis; sub: Redis }, run: string): ReturnType<typeof createAdapter> {
-  return createAdapter(clients.pub, clients.sub, { key: `tah:${run}` });
-}
-
 /** Server-side messages between the processes of one run. */
 const MINER = 'tah:miner';
+/** How often the lease holder looks for miners whose process died (their heartbeats stopped reaching the database). */
+const ORPHAN_SWEEP_MS = 5000;
 const LOOK = 'tah:stage-map';
 const DELTA = 'tah:stage-delta';
 const VIEWS = 'tah:stage-views';
