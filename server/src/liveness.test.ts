@@ -1,4 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { openDatabase } from './db/database';
+import { testDatabase } from './db/test-database';
+import { Liveness } from './liveness';
 import { simHarness } from './testing/sim-harness';
 import { simMiners } from './testing/sim-miners';
 
@@ -41,5 +44,34 @@ describe('liveness', () => {
     const rows = await app.db.query<{ id: string; status: string }>('SELECT id, status FROM miners ORDER BY id');
     expect(rows.filter((r) => r.status === 'dropped').map((r) => r.id)).toEqual([quiet!.minerId]);
     expect(rows.filter((r) => r.status === 'active').map((r) => r.id).sort()).toEqual(alive.map((m) => m.minerId).sort());
+  });
+
+  it("rewrites every miner's time without growing the miners table: the embedded database has no autovacuum", async () => {
+    const db = await openDatabase(await testDatabase());
+    try {
+      const [{ id: runId }] = (await db.query<{ id: number }>(`INSERT INTO runs (name, config) VALUES ('liveness-size', '{}') RETURNING id`)) as [{ id: number }];
+      await db.query(
+        `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status)
+         SELECT 'm' || g, $1, 'k' || g, 'a', 'wasm', 100, g % 3, 'active' FROM generate_series(1, 3000) g`,
+        [runId],
+      );
+      const size = async (): Promise<number> => Number((await db.query<{ n: string }>(`SELECT pg_relation_size('miners') AS n`))[0]!.n);
+      let clock = Date.now();
+      const liveness = new Liveness(db, () => clock);
+      const before = await size();
+      // 40 flushes of 3,000 heartbeats each: 120,000 row versions, 20 times the table's rows over again.
+      for (let flush = 0; flush < 40; flush++) {
+        clock += 5000;
+        for (let i = 1; i <= 3000; i++) liveness.seen(`m${i}`);
+        await liveness.flush();
+      }
+      const [{ n: stored }] = (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM miners WHERE run_id = $1 AND last_seen_at = $2`, [runId, new Date(clock).toISOString()])) as [{ n: number }];
+      expect(stored).toBe(3000);
+      // Each flush's new versions stay on their pages (HOT) and the old ones are pruned: at most a few pages more.
+      // On full pages each flush moved every row, and the table grew by its whole size each time (40x here).
+      expect(await size()).toBeLessThan(before * 1.5);
+    } finally {
+      await db.close();
+    }
   });
 });
