@@ -189,20 +189,20 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     return reply.code(500).send({ error: 'INTERNAL', message: 'the coordinator could not handle this request' });
   });
   // The run's state (run-state.ts): the database, and Redis in scale-out mode.
-  const store = await RunStore.open({ ...(options.database ? { database: options.database } : {}), ...(options.redisUrl ? { redisUrl: options.redisUrl } : {}) }, fastify.log);
+  const store = await RunStore.open({ database: options.database, redisUrl: options.redisUrl }, fastify.log);
   const { db } = store;
-  const runName = options.run?.name ?? 'default';
+  const run = defaultRunConfig(options.run);
   // Every route, per client IP; over the limit: 429 RATE_LIMITED with the time to wait (and retry-after).
   // In scale-out mode the counts are kept in Redis, so an IP's budget is the run's, not each process's.
   await fastify.register(rateLimit, {
     global: true,
-    ...store.httpRateLimits(runName),
+    ...store.httpRateLimits(run.name),
     max: limits.requestsPerIpPerMinute,
     timeWindow: 60_000,
     // Thrown by the plugin's hook, answered by the error handlers (here and in plugins that have their own).
     errorResponseBuilder: (_req, context) => new RateLimited(context.ttl),
   });
-  const coordinator = await Coordinator.open(db, defaultRunConfig(options.run), fastify.log, store.scaledOut);
+  const coordinator = await Coordinator.open(db, run, fastify.log, store.scaledOut);
   coordinator.setNetwork(network);
   if (!store.scaledOut) {
     // The last the previous coordinator process heard from a miner, to now: the outage a restart makes.
@@ -229,13 +229,13 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     serveAppPages(fastify, join(options.webRoot, 'index.html'));
   }
   // Room for one relayed frame chunk (256 KiB) and its envelope; nothing larger is accepted.
-  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false, adapter: store.socketAdapter(coordinator.run.name) });
+  const io = new Server(fastify.server, { maxHttpBufferSize: 300 * 1024, serveClient: false, adapter: store.socketAdapter(run.name) });
   const feed = new DashboardFeed(coordinator, io.of(DASHBOARD_NAMESPACE), options.dashboard?.pushMs);
   await fastify.register(dashboardRoutes, { coordinator, feed });
   refuseOtherSocketMethods(fastify.server);
   coordinator.io = io;
   // Socket budgets shared by every process in scale-out mode (in Redis), as the HTTP ones above are.
-  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, store.socketRateLimits(coordinator.run.name)));
+  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, store.socketRateLimits(run.name)));
   if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);

@@ -50,15 +50,16 @@ export interface MinerChannel {
 }
 
 /** The Redis clients of a scale-out process: one publishes and keeps counts, one subscribes. */
-export interface SharedRedis {
+interface SharedRedis {
   readonly pub: Redis;
   readonly sub: Redis;
+  close(): Promise<void>;
 }
 
 export interface RunStoreOptions {
-  database?: DatabaseOptions;
+  database?: DatabaseOptions | undefined;
   /** Scale-out mode: a Redis server that every process of the run shares (needs a PostgreSQL server). */
-  redisUrl?: string;
+  redisUrl?: string | undefined;
 }
 
 /**
@@ -69,7 +70,7 @@ export class RunStore {
   private constructor(
     readonly db: Database,
     /** Absent with one process. */
-    readonly redis: (SharedRedis & { close(): Promise<void> }) | undefined,
+    private readonly redis: SharedRedis | undefined,
     private readonly databaseUrl: string | undefined,
   ) {}
 
@@ -121,7 +122,7 @@ export class RunStore {
  * connection that breaks later is logged and reconnected by ioredis; once closed, nothing is logged
  * (a departure handled during shutdown may still try to publish).
  */
-async function redisClients(url: string, log: { warn(obj: object, msg: string): void }): Promise<SharedRedis & { close(): Promise<void> }> {
+async function redisClients(url: string, log: { warn(obj: object, msg: string): void }): Promise<SharedRedis> {
   const pub = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3 });
   const sub = pub.duplicate();
   let closed = false;
