@@ -1,8 +1,8 @@
 /**
  * npm run bench:audit — does any cheat pay? Whole-round audits against every
- * cheat of server/src/testing/cheats.ts, in real swarm runs.
+ * cheat of testkit/src/cheats.ts, in real swarm runs.
  *
- * Each run is the adversarial test's setup (server/src/adversarial.test.ts):
+ * Each run is the adversarial test's setup (server/test/adversarial.test.ts):
  * 12 honest miners and one of each cheat over 3 stages of `tiny`, in three
  * miner processes over WebRTC, the coordinator with PGlite here and the
  * validator in its own process, audits drawn at AUDIT_RATE; epochs of
@@ -21,9 +21,9 @@
  *   RUNS=1 npm run bench:audit     # one (stated in the output)
  */
 import { initNodeBackend } from '@train-at-home/model/node';
-import { listeningCoordinator } from '../server/src/testing/coordinator';
-import { CHEATS, type CheatName } from '../server/src/testing/cheats';
-import { MinerSwarm } from '../server/src/testing/swarm';
+import { listeningCoordinator } from '@train-at-home/testkit/coordinator';
+import { CHEATS, type CheatName } from '@train-at-home/testkit/cheats';
+import { MinerSwarm } from '@train-at-home/testkit/swarm';
 import { finish, machine } from './lib';
 import { DEFAULT_INCENTIVES } from '../server/src/run-config';
 

@@ -2,8 +2,8 @@
  * npm run bench:clasp — how well the validator catches cheaters, and what it costs.
  *
  * 1. Detection, from a real swarm run: the adversarial test's setup
- *    (server/src/adversarial.test.ts): 12 honest miners and one of each cheat
- *    of server/src/testing/cheats.ts over 3 stages of `tiny`, in two miner
+ *    (server/test/adversarial.test.ts): 12 honest miners and one of each cheat
+ *    of testkit/src/cheats.ts over 3 stages of `tiny`, in two miner
  *    processes over WebRTC, the coordinator with PGlite here, the validator in
  *    its own process; epochs of EPOCH_MS, each settled SETTLE_AFTER_MS after
  *    it ends. Per cheat: the flag it earned and the epoch it was flagged in
@@ -18,9 +18,9 @@
  */
 import { synthesizePathways } from '@train-at-home/incentives';
 import { initNodeBackend } from '@train-at-home/model/node';
-import { listeningCoordinator } from '../server/src/testing/coordinator';
-import { CHEATS, type CheatName } from '../server/src/testing/cheats';
-import { MinerSwarm } from '../server/src/testing/swarm';
+import { listeningCoordinator } from '@train-at-home/testkit/coordinator';
+import { CHEATS, type CheatName } from '@train-at-home/testkit/cheats';
+import { MinerSwarm } from '@train-at-home/testkit/swarm';
 import { scoreEpoch, type ScoreJob } from '../server/src/validator/scoring';
 import { finish, machine } from './lib';
 

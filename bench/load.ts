@@ -1,11 +1,13 @@
 /**
  * npm run bench:load — how many miners one coordinator process holds.
+ * (One file over 400 lines: a benchmark read top to bottom as one procedure, ramp by ramp; the coordinator and the
+ * simulated miners it drives live in bench/load-coordinator.ts and testkit/.)
  *
  * The coordinator runs in a process of its own (bench/load-coordinator.ts:
  * `tiny`, 3 stages, the embedded database, then a PostgreSQL server); a
  * process of the bench's, fresh for each database, is the generator,
  * on the same machine: simulated miners that behave like the real client
- * (server/src/testing/sim-miners.ts: sr25519 registration, the stage map
+ * (testkit/src/sim-miners.ts: sr25519 registration, the stage map
  * they are sent and its deltas, a heartbeat at the interval the coordinator
  * names, 2 s by default), and 30 training pipelines (a miner of each stage)
  * reporting 1 microbatch a second each: both ends' receipts of every
@@ -42,7 +44,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { finish, machine } from './lib';
-import { SharedStageViews, simMiner, type SimMiner } from '../server/src/testing/sim-miners';
+import { SharedStageViews, simMiner, type SimMiner } from '@train-at-home/testkit/sim-miners';
 
 const STEPS = (process.env.TAH_LOAD_STEPS ?? '100,300,600,1000,2000,3000,5000,7500,10000').split(',').map(Number);
 const WINDOW_MS = Number(process.env.TAH_LOAD_WINDOW_MS ?? 30_000);

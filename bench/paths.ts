@@ -1,6 +1,6 @@
 /**
  * npm run bench:paths — one pipeline boundary's transfers on each path two homes can take, in the NAT lab
- * (scripts/nat-lab.sh via server/src/testing/nat-lab.ts: a public namespace with the coordinator and
+ * (scripts/nat-lab.sh via testkit/src/nat-lab.ts: a public namespace with the coordinator and
  * Debian's coturn, two homes behind their own nftables NATs; needs root):
  *   direct      endpoint-independent NATs: server-reflexive candidates from coturn's STUN
  *   TURN/UDP    symmetric NATs: through coturn's relay over UDP
@@ -10,7 +10,7 @@
  * sender's clock to the receiver's, one machine), and throughput (BLAST frames back to back: bytes over
  * first send to last arrival; each send waits for the one before, as the pipeline's do). The frame is the default run's activation boundary (`small`, bottleneck 8,
  * int8: 16 × 128 rows). For the relay, the coordinator process's CPU time per relayed MB.
- * Then path quality: real miners (testing/swarm-process.ts), a replica of each of 2 stages of `tiny` in each home, both
+ * Then path quality: real miners (testkit/src/swarm-process.ts), a replica of each of 2 stages of `tiny` in each home, both
  * NATs symmetric, so each stage 0 can feed the stage-1 replica in its own home (direct) or the one across the NATs (TURN
  * only). ROUTE_MS of training each without and with preferDirect (PipelineWorkerOptions): the share of activations that
  * crossed the NATs, and microbatches through the pipeline per second.
@@ -18,10 +18,10 @@
  */
 import { encodedBytes, PRESETS } from '@train-at-home/model';
 import { defaultRunConfig } from '../server/src/run-config';
-import { ask } from '../server/src/testing/netns';
-import { startNatLab, type LabPeer, type NatMode } from '../server/src/testing/nat-lab';
+import { ask } from '@train-at-home/testkit/netns';
+import { startNatLab, type LabPeer, type NatMode } from '@train-at-home/testkit/nat-lab';
 import { DATA_DIR, prepareData } from '@train-at-home/model/node';
-import { MinerSwarm } from '../server/src/testing/swarm';
+import { MinerSwarm } from '@train-at-home/testkit/swarm';
 import { finish, machine } from './lib';
 
 const ROUTE_MS = 60_000;

@@ -12,7 +12,6 @@ import { screenshot } from './lib';
  */
 export async function checkDashboard(context: BrowserContext, url: string, miners: number): Promise<void> {
   const page = await context.newPage();
-  page.on('pageerror', (e) => console.log(`[dashboard] page error: ${e.message}`));
   await page.goto(`${url}/dashboard`);
   await expect.poll(() => page.getByTestId('connection').getAttribute('data-state'), { timeout: 30_000 }).toBe('live');
   const chart = page.getByTestId('loss-chart');

@@ -5,8 +5,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DATA_DIR, prepareData } from '@train-at-home/model/node';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { expect } from 'vitest';
 import { buildApp, type App, type AppOptions } from '../server/src/app';
-import { testDatabase } from '../server/src/db/test-database';
+import { testDatabase } from '@train-at-home/testkit/database';
 
 /** The namespace address scripts/test-e2e.sh gives the coordinator (and the browsers' side of the veth). */
 export const HOST = process.env.E2E_HOST ?? '';
@@ -51,6 +52,24 @@ export async function startCoordinator(run: AppOptions['run']): Promise<{ app: A
   return { app, url: `http://${HOST}:${port}` };
 }
 
+/** Uncaught errors thrown in any page of a browser launched here, with the page's address, since the last check. */
+const pageErrors: string[] = [];
+
+/**
+ * Fails on every uncaught error a page threw since the last call (each e2e file runs it after each test): a tab
+ * whose script threw has broken somewhere its assertions may not look. None is expected in any test here.
+ */
+export function noPageErrors(): void {
+  expect(pageErrors.splice(0), "uncaught errors in the browsers' pages").toEqual([]);
+}
+
+function watchPage(page: Page): void {
+  page.on('pageerror', (e) => {
+    console.log(`[${page.url()}] page error: ${e.message}`);
+    pageErrors.push(`${page.url()}: ${e.message}`);
+  });
+}
+
 const FLAGS = ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-renderer-backgrounding', '--disable-background-timer-throttling', '--disable-backgrounding-occluded-windows'];
 
 /** One browser process (Debian's Chromium) with a fresh profile, in network namespace `netns` when named; removed with `close`. */
@@ -65,6 +84,8 @@ export async function launchBrowser(extraArgs: string[] = [], netns?: string): P
   }
   mkdirSync(join(profile, 'profile'));
   const context = await chromium.launchPersistentContext(join(profile, 'profile'), { executablePath, headless: true, args: [...FLAGS, ...extraArgs], viewport: { width: 1000, height: 900 } });
+  context.pages().forEach(watchPage);
+  context.on('page', watchPage);
   return {
     context,
     async close() {
@@ -77,7 +98,6 @@ export async function launchBrowser(extraArgs: string[] = [], netns?: string): P
 /** Opens the Train at Home page in a new tab and presses Join. */
 export async function openTab(context: BrowserContext, url: string): Promise<Page> {
   const page = await context.newPage();
-  page.on('pageerror', (e) => console.log(`[tab] page error: ${e.message}`));
   await page.goto(url);
   await page.getByTestId('join').click();
   return page;

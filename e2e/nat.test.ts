@@ -12,11 +12,11 @@
 import { fileURLToPath } from 'node:url';
 import { prepareData, DATA_DIR } from '@train-at-home/model/node';
 import type { Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { ask } from '../server/src/testing/netns';
-import { startNatLab, type NatLab } from '../server/src/testing/nat-lab';
-import { MinerSwarm } from '../server/src/testing/swarm';
-import { launchBrowser, openTab, screenshot, tabView } from './lib';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { ask } from '@train-at-home/testkit/netns';
+import { startNatLab, type NatLab } from '@train-at-home/testkit/nat-lab';
+import { MinerSwarm } from '@train-at-home/testkit/swarm';
+import { launchBrowser, noPageErrors, openTab, screenshot, tabView } from './lib';
 
 const P = `te${process.pid % 100000}`;
 const WEB_ROOT = fileURLToPath(new URL('../dist/web', import.meta.url));
@@ -29,6 +29,8 @@ beforeAll(async () => {
   lab = await startNatLab(P, {}, { webRoot: WEB_ROOT });
 }, 180_000);
 
+// A page that threw fails the test it threw in.
+afterEach(noPageErrors);
 afterAll(async () => {
   swarm?.stop();
   for (const b of browsers) await b.close();

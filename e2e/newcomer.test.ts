@@ -3,11 +3,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { PRESETS, encodedBytes, type Precision } from '@train-at-home/model';
 import { SMALL_BOUNDARY } from '../server/src/run-config';
 import type { Page } from 'playwright-core';
-import { HOST, launchBrowser, screenshot, tabView } from './lib';
+import { HOST, launchBrowser, noPageErrors, screenshot, tabView } from './lib';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const PORT = 18_000 + Math.floor(Math.random() * 2000);
@@ -49,6 +49,8 @@ async function stopCoordinator(child: ChildProcess | undefined): Promise<void> {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const json = async (path: string): Promise<any> => (await fetch(`${url}${path}`)).json();
 
+// A page that threw fails the test it threw in.
+afterEach(noPageErrors);
 afterAll(async () => {
   await browser?.close();
   await stopCoordinator(coordinator);
@@ -89,7 +91,6 @@ describe("a newcomer's first minutes", () => {
 
     browser = await launchBrowser();
     tab = await browser.context.newPage();
-    tab.on('pageerror', (e) => console.log(`[newcomer tab] page error: ${e.message}`));
     await tab.goto(url);
     const joinedAt = Date.now();
     await tab.getByTestId('join').click();

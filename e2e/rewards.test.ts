@@ -1,10 +1,10 @@
 import type { KeyringPair } from '@polkadot/keyring/types';
 import { verifyPayout } from '@train-at-home/incentives';
 import type { Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../server/src/app';
 import { checkDashboard } from './dashboard';
-import { E2E_RUN, launchBrowser, openTab, screenshot, startCoordinator, tabView } from './lib';
+import { E2E_RUN, launchBrowser, noPageErrors, openTab, screenshot, startCoordinator, tabView } from './lib';
 import { installTestWallet, newAccount } from './wallet';
 
 /** Short emission epochs, so that one settles a minute or so after the tab is linked. */
@@ -23,6 +23,8 @@ beforeAll(async () => {
   }));
   browser = await launchBrowser();
 });
+// A page that threw fails the test it threw in.
+afterEach(noPageErrors);
 afterAll(async () => {
   await browser?.close();
   await app?.close();
@@ -88,7 +90,6 @@ describe('the Rewards page in Chromium', () => {
   it('links a training tab to a wallet account, shows the settled epoch with a verified proof, claims it, and the balance drops to zero', async () => {
     const account: KeyringPair = await newAccount('E2E wallet');
     const tab = await browser.context.newPage();
-    tab.on('pageerror', (e) => console.log(`[rewards tab] page error: ${e.message}`));
     const wallet = await installTestWallet(tab, { accounts: [account] });
     await tab.goto(url);
     await tab.getByTestId('join').click();

@@ -23,6 +23,19 @@ function largestChildRss(): number {
   return largest;
 }
 
+/** Every file's wall time, slowest first, as a block of lines (what a run's time went to). */
+function wallTimes(wallMs: ReadonlyMap<string, number>): string {
+  if (wallMs.size === 0) return '';
+  const rows = [...wallMs].sort((a, b) => b[1] - a[1]);
+  const total = rows.reduce((sum, [, ms]) => sum + ms, 0);
+  const width = Math.max(...rows.map(([id]) => relative(process.cwd(), id).length));
+  return (
+    `\nwall time per file (${rows.length} files, ${(total / 1000).toFixed(1)} s added up):\n` +
+    rows.map(([id, ms]) => `  ${relative(process.cwd(), id).padEnd(width)}  ${(ms / 1000).toFixed(1).padStart(7)} s`).join('\n') +
+    '\n'
+  );
+}
+
 /** Vitest's error when a test worker's process died under it (its cause, as the run's unhandled error carries it). */
 const WORKER_EXITED = 'Worker exited unexpectedly';
 
@@ -37,6 +50,8 @@ const WORKER_EXITED = 'Worker exited unexpectedly';
  */
 export default class OutcomesReporter implements Reporter {
   private readonly started = new Map<string, number>();
+  /** Each file's wall time (ms), from its start to its end as this process saw them. */
+  private readonly wallMs = new Map<string, number>();
   /** Largest worker RSS seen while each file ran (files run one at a time: fileParallelism false). */
   private readonly peakRss = new Map<string, number>();
   private running: string | undefined;
@@ -47,13 +62,20 @@ export default class OutcomesReporter implements Reporter {
     this.timer.unref();
   }
 
-  onTestModuleStart(module: TestModule): void {
+  /** Called as a file's worker begins to import it: its wall time counts its imports too. */
+  onTestModuleQueued(module: TestModule): void {
     this.started.set(module.moduleId, Date.now());
+  }
+
+  onTestModuleStart(module: TestModule): void {
+    if (!this.started.has(module.moduleId)) this.started.set(module.moduleId, Date.now());
     this.running = module.moduleId;
   }
 
   onTestModuleEnd(module: TestModule): void {
     this.sample();
+    const since = this.started.get(module.moduleId);
+    if (since !== undefined) this.wallMs.set(module.moduleId, Date.now() - since);
     if (this.running === module.moduleId) this.running = undefined;
   }
 
@@ -87,6 +109,7 @@ export default class OutcomesReporter implements Reporter {
           (errors.length > 0 ? `; errors: ${errors.join(' | ')}` : ''),
       );
     }
+    process.stdout.write(wallTimes(this.wallMs));
     if (lines.length > 0) process.stdout.write(`\n${lines.join('\n')}\n`);
     // Only a run whose every unpassed file was cut short by a worker that exited, and whose every unhandled error is
     // that exit, names them for scripts/vitest-run.sh: a failed test, or any other error, is never run again.

@@ -138,7 +138,8 @@ export const STALL_MS = 2000;
 export const STALL_TRUST_AFTER_MS = 5000;
 
 /** The files a dataset folder serves (scripts/prepare-data.ts writes them): no other name, no `..`. */
-const DATASET_FILE = /^\/sotu-brown-v[0-9]+-bpe[0-9]+\/(?:manifest\.json|tokenizer\.json|(?:train|heldout)-[0-9]{3}\.bin)$/;
+/** A prepared dataset's files (DATASET_NAME, a folder the shipped corpora's or an operator's own): nothing else under the data root. */
+const DATASET_FILE = /^\/[a-z0-9][a-z0-9-]{0,47}-v[0-9]+-bpe[0-9]+\/(?:manifest\.json|tokenizer\.json|(?:train|heldout)-[0-9]{3}\.bin)$/;
 
 /** Paths the web app's router owns: not the API, the data or socket.io, and no file name (a missing asset stays 404). */
 const APP_PAGE = /^\/(?!(?:api|data|socket\.io)(?:\/|$))(?:[^./]*\/)*[^./]*$/;
@@ -212,7 +213,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     await db.query(`UPDATE miners SET status = 'left' WHERE run_id = $1 AND status = 'active'`, [coordinator.runId]);
   }
   // (In scale-out mode the others' miners are active: those of a process that died are dropped by the lease holder's sweep.)
-  const validator = new Validator(coordinator);
+  const validator = new Validator(coordinator, options.dataRoot);
   const localMiners = new LocalMiners(coordinator, { ...DEFAULT_LOCAL_MINERS, ...options.localMiners });
   await fastify.register(statusRoutes, { coordinator, localMiners });
   await fastify.register(checkpointRoutes, { coordinator });

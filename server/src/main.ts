@@ -23,13 +23,16 @@
  * (the load balancers in front: clients are those they forward).
  * The emission clock of a new run (operator-settings.ts; or TAH_EPOCH_SECONDS, …):
  * --epoch-seconds N, --settle-after-seconds N, --hold-epochs N.
+ * --data DIR (or TAH_DATA): a new run trains on the dataset prepared there (prepare-data --input … --name NAME), served
+ * from its folder's parent; its vocabulary must be the preset's. By default, the shipped corpora's under ./data.
  * DATABASE_URL and REDIS_URL together: scale-out mode, several processes serving one run
  * behind a load balancer (scale-out.ts; README, "Scale-out").
  */
-import { join } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { PresetName, Precision } from '@train-at-home/model';
+import { DATASET_NAME, PRESETS, type DataManifest, type PresetName, type Precision } from '@train-at-home/model';
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 import { LOCAL_INCENTIVES } from './run-config';
@@ -50,6 +53,8 @@ const { values } = parseArgs({
     turn: { type: 'string', default: process.env.TAH_TURN ?? '' },
     relay: { type: 'string', default: process.env.TAH_RELAY },
     'data-dir': { type: 'string', default: fileURLToPath(new URL('../../db/coordinator', import.meta.url)) },
+    // A prepared dataset's folder (prepare-data --input … --name NAME writes data/NAME-v1-bpe<V>): what a new run trains on.
+    data: { type: 'string', default: process.env.TAH_DATA },
     'max-connections-per-ip': { type: 'string', default: process.env[OPERATOR_FLAGS['max-connections-per-ip']] },
     'requests-per-ip-per-minute': { type: 'string', default: process.env[OPERATOR_FLAGS['requests-per-ip-per-minute']] },
     'socket-rates': { type: 'string', default: process.env[OPERATOR_FLAGS['socket-rates']] },
@@ -90,15 +95,35 @@ if (values.relay !== undefined && values.relay !== 'on' && values.relay !== 'off
   console.error(`--relay must be on or off, not ${values.relay}`);
   process.exit(2);
 }
+// The dataset: the shipped corpora's under ./data, or the operator's own (--data), checked before anything starts.
+let dataRoot = DATA_DIR;
+let dataset: string | undefined;
+if (values.data) {
+  const dir = resolve(values.data);
+  const manifestFile = join(dir, 'manifest.json');
+  if (!DATASET_NAME.test(basename(dir)) || !existsSync(manifestFile)) {
+    console.error(`--data ${values.data}: not a prepared dataset (the folder prepare-data wrote, named NAME-v1-bpe<vocab>, holding its manifest.json)`);
+    process.exit(2);
+  }
+  const manifest = JSON.parse(readFileSync(manifestFile, 'utf8')) as DataManifest;
+  const vocabSize = PRESETS[values.preset as PresetName]?.vocabSize;
+  if (manifest.vocabSize !== vocabSize) {
+    console.error(`--data ${values.data}: its tokenizer has ${manifest.vocabSize} tokens and the ${values.preset} preset's model ${vocabSize}: prepare it with --vocab ${vocabSize}`);
+    process.exit(2);
+  }
+  dataRoot = dirname(dir);
+  dataset = basename(dir);
+}
 const urls = (list: string): string[] => list.split(',').map((u) => u.trim()).filter(Boolean);
 
 const app = await buildApp({
   ...operator,
   logger: true,
   webRoot: fileURLToPath(new URL('../../dist/web', import.meta.url)),
-  dataRoot: DATA_DIR,
+  dataRoot,
   run: {
     name: values.run,
+    ...(dataset ? { dataset } : {}),
     preset: values.preset as PresetName,
     stages: Number(values.stages),
     ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
@@ -122,6 +147,12 @@ const app = await buildApp({
   // (With DATABASE_URL there is no such folder of ours: a restart starts new local miners.)
   ...(process.env.DATABASE_URL ? {} : { localMiners: { stateFile: join(values['data-dir'], 'local-miners.json') } }),
 });
+// A run's dataset never changes under its miners: the stored run's wins, and a different one asked for is refused.
+if (values.data && app.coordinator.run.dataset !== dataset) {
+  console.error(`--data ${values.data}: the stored run "${values.run}" trains on ${app.coordinator.run.dataset ?? 'the shipped corpora'}; start another run for this dataset (--run NAME)`);
+  await app.close();
+  process.exit(2);
+}
 await app.fastify.listen({ port: Number(values.port), host: values.host });
 // Local miners reach this coordinator on this machine.
 const { port } = app.fastify.server.address() as { port: number };

@@ -6,6 +6,11 @@ export interface RunConfig extends RunLayout {
   preset: PresetName;
   /** Seeds the initial weights: every replica of a stage starts from the same ones. */
   seed: number;
+  /**
+   * The prepared dataset it trains on, by folder name (`prepare-data --input … --name`, served with `--data`); unset:
+   * the shipped corpora's (datasetName). Its vocabulary is the preset's.
+   */
+  dataset?: string;
   /** Every miner of the run uses these: microbatch size and the inner optimizer's schedule. */
   training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
   /** The stages' merges (the phase machine: training → merging → training). */
@@ -50,8 +55,17 @@ export interface IncentiveSettings {
    * round until it has shown honest work, whatever the validator's backlog. Never below auditRate; 0 audits off.
    */
   unprovenAuditRate?: number;
-  /** A miner has this long to upload an audited round's record. */
+  /**
+   * A miner has this long to find and encode an audited round's record, plus its upload at the miner's measured
+   * rate (validator/audits.ts, auditDeadlineMs): the audit's deadline.
+   */
   auditTimeoutMs: number;
+  /**
+   * An answer after the deadline is still taken and replayed for this much longer: the hard bound. Only a miner that
+   * has not answered by then is flagged AUDIT_UNANSWERED; meanwhile the epochs its round is in wait (their pay is
+   * held). Unset: AUDIT_GRACE_MS.
+   */
+  auditGraceMs?: number;
   /** Pathway diversity for CLASP: each replica's downstream partner rotates at every merge of its stage. */
   rotatePathways: boolean;
   /** A receipt refused for an unknown microbatch is looked up again this much later before it counts as forged (validator/flags.ts). */

@@ -9,6 +9,7 @@
  * by the wallet and by the miner (docs/rewards-api.md).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -16,7 +17,7 @@ import wrtc from '@roamhq/wrtc';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { cryptoReady, generateIdentity } from '@train-at-home/protocol';
 import type { BackendName } from '@train-at-home/model';
-import { isPermanentRefusal, linkPayout, Miner, MINER_EXIT_REFUSED, type BoundaryDeviceCodec } from '@train-at-home/swarm';
+import { httpTokenSource, isPermanentRefusal, linkPayout, Miner, MINER_EXIT_REFUSED, type BoundaryDeviceCodec } from '@train-at-home/swarm';
 import { loadPayoutKey, PayoutKeyError, type PayoutKey } from './payout';
 
 const { values } = parseArgs({
@@ -105,10 +106,14 @@ if (count > 1) {
     maxMicrobatches: values.microbatches ? Number(values.microbatches) : undefined,
     dataSeed: values['data-seed'] ? Number(values['data-seed']) : undefined,
     tokens: {
-      async train(vocabSize) {
-        // TAH_DATA_PREPARED: shards prepared elsewhere and carried (scripts/device-swarm-bundle.sh), with no corpus packages to check them against.
-        if (!process.env.TAH_DATA_PREPARED) prepareData({ outDir: DATA_DIR, vocabSize });
-        return loadDataset(join(DATA_DIR, datasetName(vocabSize))).train;
+      async train(vocabSize, dataset) {
+        // The shipped corpora's dataset is prepared here (TAH_DATA_PREPARED: prepared elsewhere and carried, with no corpus
+        // packages to check it against: scripts/device-swarm-bundle.sh). An operator's own corpus is read from ./data when
+        // prepared on this machine too, else fetched from the coordinator as a tab does.
+        if (dataset === datasetName(vocabSize)) {
+          if (!process.env.TAH_DATA_PREPARED) prepareData({ outDir: DATA_DIR, vocabSize });
+        } else if (!existsSync(join(DATA_DIR, dataset, 'manifest.json'))) return httpTokenSource(values.coordinator).train(vocabSize, dataset);
+        return loadDataset(join(DATA_DIR, dataset)).train;
       },
     },
     log,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { splitEmission, SCORE_SCALE } from './emission';
 import { mulberry32 } from './synthetic';
-import { errorCode } from './test-util';
+import { errorCode } from '@train-at-home/testkit/incentives-errors';
 
 function shuffled<T>(items: T[], random: () => number): T[] {
   const out = [...items];

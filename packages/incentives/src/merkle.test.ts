@@ -2,7 +2,7 @@ import { StandardMerkleTree } from '@openzeppelin/merkle-tree';
 import { describe, expect, it } from 'vitest';
 import { splitEmission } from './emission';
 import { PAYOUT_LEAF_ENCODING, payoutTree, verifyPayout } from './merkle';
-import { errorCode } from './test-util';
+import { errorCode } from '@train-at-home/testkit/incentives-errors';
 
 const PAYOUTS = splitEmission(10n ** 24n, [
   { account: '5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY', score: 120 },

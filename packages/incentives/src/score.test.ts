@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { splitEmission } from './emission';
 import { scoreMiners, type MinerEvidence } from './score';
-import { errorCode } from './test-util';
+import { errorCode } from '@train-at-home/testkit/incentives-errors';
 
 const miner = (minerId: string, over: Partial<MinerEvidence> = {}): MinerEvidence => ({
   minerId,

@@ -290,14 +290,20 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
 /**
  * Coordinator → a miner whose round was chosen for an audit (after the round
  * closed): upload the round's record to `PUT /api/audits/:auditId` before
- * `deadlineMs` passes (see server/src/validator/audits.ts).
+ * `deadlineMs` passes (its allowance, at this miner's measured upload rate).
+ * A late answer is still taken and replayed until `finalMs` passes (the hard
+ * bound); only a miner that has not answered by then is flagged
+ * (see server/src/validator/audits.ts).
  */
 export interface AuditRequest {
   v: number;
   auditId: string;
   stage: number;
   round: number;
+  /** Until the deadline, from when this request was sent (negative when it is sent again past the deadline). */
   deadlineMs: number;
+  /** Until the hard bound. */
+  finalMs?: number;
 }
 
 /**

@@ -38,6 +38,9 @@ export interface MeshOptions {
   refreshIce?: () => Promise<void>;
 }
 
+/** When a connection's path is read again after it opened (PeerMesh.classify): ICE settles within seconds. */
+export const RECLASSIFY_MS = [1000, 3000, 10_000, 30_000];
+
 /** How a pair's bytes travel: a direct connection (host or server-reflexive candidates), through a TURN server, or through the coordinator's relay. */
 export type PeerPath = 'direct' | 'turn' | 'coordinator';
 
@@ -310,10 +313,26 @@ export class PeerMesh {
     return link;
   }
 
-  /** Which path the connection took: the ICE agent's selected candidate pair; a relay candidate at either end is TURN. */
+  /**
+   * Which path the connection took: the ICE agent's selected candidate pair; a relay candidate at either end is TURN.
+   * Read when the connection opens and again as ICE settles (RECLASSIFY_MS after it opened): the first pair is
+   * provisional. The controlled end may report its own early pick before the controlling end's nomination reaches
+   * it, and a peer's relay candidate whose signal has not arrived yet is known only as peer-reflexive (it looks
+   * direct) until it does. Seen through symmetric NATs: each end's first reading named a different pair.
+   */
   private async classify(peerId: string, link: Link): Promise<void> {
     const pc = link.peer._pc;
     if (!pc) return;
+    const opened = Date.now();
+    for (const at of [0, ...RECLASSIFY_MS]) {
+      const wait = opened + at - Date.now();
+      if (wait > 0) await new Promise((r) => (setTimeout(r, wait) as { unref?: () => void }).unref?.()); // never what keeps a process up
+      if (this.links.get(peerId) !== link || !(await this.readPath(peerId, link, pc))) return;
+    }
+  }
+
+  /** One reading of the selected pair into this peer's stats; false once the connection has closed. */
+  private async readPath(peerId: string, link: Link, pc: RTCPeerConnection): Promise<boolean> {
     for (let attempt = 0; attempt < 10 && this.links.get(peerId) === link; attempt++) {
       try {
         const all = new Map<string, Record<string, unknown>>();
@@ -327,13 +346,14 @@ export class PeerMesh {
           const turn = local.candidateType === 'relay' || remote.candidateType === 'relay';
           p.path = turn ? 'turn' : 'direct';
           p.relayProtocol = local.candidateType === 'relay' ? String(local.relayProtocol ?? local.protocol ?? '') || undefined : undefined;
-          return;
+          return true;
         }
       } catch {
-        return; // the connection closed meanwhile
+        return false; // the connection closed meanwhile
       }
       await new Promise((r) => setTimeout(r, 200));
     }
+    return this.links.get(peerId) === link;
   }
 
   private onData(peerId: string, link: Link, bytes: Uint8Array): void {

@@ -1,4 +1,6 @@
-import { PRESETS, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, stageTflops, type BackendName, type PresetName } from '@train-at-home/model';
+// One file over 400 lines, not yet split by role: the Miner's registration, training loop, merges, audits and probes
+// share one connection's state. Splitting it (connection, training, merge, audit answers) is issue 40's work.
+import { PRESETS, runDataset, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, stageTflops, type BackendName, type PresetName } from '@train-at-home/model';
 import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { MAX_RECORD_BYTES, RoundRecorder, encodeRecord, recordFloorBytes } from './audit/record';
@@ -21,7 +23,8 @@ type ReportEvent = 'loss' | 'receipt' | 'merged';
 
 /** Where a first-stage miner gets training tokens (disk in Node, HTTP ranges in a browser). */
 export interface TokenSource {
-  train(vocabSize: number): Promise<Uint16Array>;
+  /** The training split of `dataset` (a prepared dataset's folder name: runDataset), whose vocabulary is `vocabSize`. */
+  train(vocabSize: number, dataset: string): Promise<Uint16Array>;
 }
 
 export interface MinerOptions {
@@ -122,6 +125,8 @@ export interface ProbeRequest {
 
 type RunLayout = Registration['layout'] & {
   preset: PresetName;
+  /** The prepared dataset the run trains on (runDataset): unset, the shipped corpora's. */
+  dataset?: string;
   seed: number;
   training: { batchSize: number; peakLr: number; warmupSteps: number; totalSteps: number };
   merge: { readyMs: number; roundMs: number; precision: AllReducePrecision };
@@ -149,6 +154,8 @@ export class Miner {
   /** Audits this miner answered, and ones it could not (no record of that round kept). */
   readonly audits = { answered: 0, missing: 0 };
   private readonly auditing = new Set<string>();
+  /** The audit uploads in flight and waiting, one after another (onAudit). */
+  private auditQueue: Promise<void> = Promise.resolve();
   /** The merge this miner is paused for, if any: `committed` once the coordinator took its merge-ready, `merged` once its all-reduce went through here. */
   private merging?: { stage: number; round: number; timer: ReturnType<typeof setTimeout>; prepared?: PreparedContribution; allReduce?: boolean; committed?: boolean; merged?: boolean; unanswered?: boolean; optimizerHash?: string };
   /** Microbatches this miner's stage processed since its last merge. */
@@ -454,6 +461,7 @@ export class Miner {
   private async onProbe(m: ProbeRequest): Promise<void> {
     if (typeof m?.probeId !== 'string' || !/^[0-9a-f]{32}$/.test(m.probeId) || typeof m.activationId !== 'string') return;
     if (m.direction !== 'activation' && m.direction !== 'gradient') return;
+    if (this.o.misbehave?.refuseProbes) return;
     const payload = this.worker?.payloadFor(m.direction, m.activationId);
     if (!payload) {
       this.probes.missing++;
@@ -578,7 +586,7 @@ export class Miner {
     this.previousRecorder = this.recorder ?? this.previousRecorder;
     this.recorder = recorder;
     if (stage === 0) void this.feed(config.contextLength, layout, worker);
-    else if (model.spec.isLast) void this.o.tokens.train(config.vocabSize).then((t) => (this.runTokens = t)).catch((e: Error) => log(`run data not loaded (targets unchecked): ${e.message}`));
+    else if (model.spec.isLast) void this.o.tokens.train(config.vocabSize, runDataset({ dataset: layout.dataset, vocabSize: config.vocabSize })).then((t) => (this.runTokens = t)).catch((e: Error) => log(`run data not loaded (targets unchecked): ${e.message}`));
   }
 
   /** Why a microbatch's tokens are not the run data its id is assigned (undefined: they are, or the data is not loaded yet). */
@@ -600,10 +608,17 @@ export class Miner {
     // The coordinator asks again until it has the answer: one upload at a time per audit.
     if (this.auditing.has(m.auditId)) return;
     this.auditing.add(m.auditId);
+    // One upload at a time, in the order asked: the miner's uplink is one line, and uploads side by side would make
+    // every record late. The record waits its turn pinned (RoundRecorder.pin): kept however many rounds pass.
+    const recorder = [this.recorder, this.previousRecorder].find((r) => r?.stage === m.stage);
+    recorder?.pin(m.round);
+    const turn = this.auditQueue.then(() => this.answerAudit(m));
+    this.auditQueue = turn.catch(() => {});
     try {
-      await this.answerAudit(m);
+      await turn;
     } finally {
       this.auditing.delete(m.auditId);
+      recorder?.unpin(m.round);
     }
   }
 
@@ -950,7 +965,8 @@ export class Miner {
   /** Stage 0: keeps maxInFlight microbatches in the pipeline until stopped. */
   private async feed(time: number, layout: RunLayout, worker: PipelineWorker): Promise<void> {
     this.phase = 'downloading';
-    const tokens = await this.o.tokens.train(PRESETS[layout.preset].vocabSize);
+    const vocabSize = PRESETS[layout.preset].vocabSize;
+    const tokens = await this.o.tokens.train(vocabSize, runDataset({ dataset: layout.dataset, vocabSize }));
     if (this.worker !== worker) return;
     this.phase = 'training';
     // Each microbatch's windows are the ones its id is assigned (the last stage and audits check them).

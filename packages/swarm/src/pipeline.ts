@@ -1,3 +1,5 @@
+// One file over 400 lines: the PipelineWorker's forward, backward and routing of one microbatch read as one
+// procedure; the stage arithmetic is stage-compute.ts's and the wire format microbatch.ts's.
 import * as tf from '@tensorflow/tfjs';
 import { type Stage, type StageInput, type TokenBatch } from '@train-at-home/model';
 import { payloadHashHex, type AssembledMessage } from '@train-at-home/protocol';
@@ -100,6 +102,8 @@ export interface Misbehaviour {
   tokens?(batch: TokenBatch): TokenBatch;
   /** Never answers the validator's audits (read by the Miner). */
   refuseAudits?: boolean;
+  /** Never uploads a payload the validator's spot checks ask for (read by the Miner). */
+  refuseProbes?: boolean;
   /** Rewrites the contribution this miner sends to a merge (scaled, random): read by the Miner. */
   contribution?(values: Float32Array): Float32Array;
   /** Free-rides on every microbatch but the first after each merge (the one a replay of that moment checks). */

@@ -1,4 +1,4 @@
-import { DataError, datasetName, decodeShard, type DataManifest } from '@train-at-home/model';
+import { DATASET_NAME, DataError, decodeShard, type DataManifest } from '@train-at-home/model';
 import { getRetrying } from './coordinator-client';
 import type { TokenSource } from './miner';
 
@@ -9,8 +9,9 @@ import type { TokenSource } from './miner';
  */
 export function httpTokenSource(baseUrl: string, onProgress?: (done: number, total: number) => void): TokenSource {
   return {
-    async train(vocabSize) {
-      const root = `${baseUrl}/data/${datasetName(vocabSize)}`;
+    async train(vocabSize, dataset) {
+      if (!DATASET_NAME.test(dataset)) throw new DataError(`${JSON.stringify(dataset)} is not a dataset's name`);
+      const root = `${baseUrl}/data/${dataset}`;
       const res = await getRetrying(`${root}/manifest.json`);
       if (!res.ok) throw new DataError(`no dataset at ${root} (HTTP ${res.status})`);
       const manifest = (await res.json()) as DataManifest;

@@ -184,10 +184,15 @@ export async function retryRaceLoss<T>(fn: () => Promise<T>, attempts = 3): Prom
     try {
       return await fn();
     } catch (e) {
-      const code = (e as { code?: unknown } | null)?.code;
-      if (i >= attempts || (code !== '40001' && code !== '40P01')) throw e;
+      if (i >= attempts || !isRaceLoss(e)) throw e;
     }
   }
+}
+
+/** A transaction that lost a race with another: a serialization failure (40001) or a deadlock (40P01). */
+export function isRaceLoss(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return code === '40001' || code === '40P01';
 }
 
 /** Applies every migration not yet recorded, each in its own transaction. */

@@ -1,3 +1,4 @@
+// One file over 400 lines: every migration in order, one array (issue 40 moves them to one .sql file each).
 /** Schema migrations, applied in order, each once. Never edit one that has shipped: add another. */
 export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> = [
   {
@@ -480,6 +481,16 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       -- version stays on its page (a HOT update: last_seen_at is in no index) and the next access of the page prunes
       -- the old one: the table keeps its size (bench/results/load.json).
       ALTER TABLE miners SET (fillfactor = 50);
+    `,
+  },
+  {
+    version: 23,
+    name: 'each miner measured upload rate',
+    sql: `
+      -- An audit's deadline follows the record's size and its miner's upload rate, as measured on its last record's
+      -- upload (validator/audits.ts, auditDeadlineMs): what that upload held and how fast it came.
+      ALTER TABLE miners ADD COLUMN upload_bytes_per_sec double precision;
+      ALTER TABLE miners ADD COLUMN record_bytes integer;
     `,
   },
 ];

@@ -1,5 +1,5 @@
 import { newChallenge } from '@train-at-home/protocol';
-import type { Queryable } from '../db/database';
+import { isRaceLoss, retryRaceLoss, type Queryable } from '../db/database';
 import { RewardsError } from './errors';
 
 export type NoncePurpose = 'link' | 'claim';
@@ -17,12 +17,27 @@ export interface Issued {
  * message through, and the table holds only what can still be used.
  */
 export async function issueNonce(db: Queryable, purpose: NoncePurpose, address: string, now: Date, ttlMs: number, write: (nonce: string, expires: string) => string): Promise<Issued> {
-  await db.query('DELETE FROM nonces WHERE expires_at <= $1', [now.toISOString()]);
+  await sweepExpired(db, now);
   const nonce = newChallenge(); // 32 random bytes, 0x and lower-case hex
   const expiresAt = new Date(now.getTime() + ttlMs).toISOString();
   const message = write(nonce, expiresAt);
-  await db.query('INSERT INTO nonces (nonce, purpose, address, message, expires_at) VALUES ($1, $2, $3, $4, $5)', [nonce, purpose, address, message, expiresAt]);
+  // Under SERIALIZABLE the insert can still be chosen to fail beside concurrent sweeps: it is tried again (a new row
+  // with the same random nonce; nothing of the failed attempt was kept).
+  await retryRaceLoss(() => db.query('INSERT INTO nonces (nonce, purpose, address, message, expires_at) VALUES ($1, $2, $3, $4, $5)', [nonce, purpose, address, message, expiresAt]));
   return { message, nonce, expiresAt };
+}
+
+/**
+ * Deletes expired nonces. Under SERIALIZABLE, concurrent requests sweep the same rows and all but one fail to
+ * serialize (40001) or deadlock (40P01): a sweep that lost that race is done, since the rows it meant to delete
+ * are another's to delete, and an expired nonce is refused whether or not its row is still there.
+ */
+async function sweepExpired(db: Queryable, now: Date): Promise<void> {
+  try {
+    await db.query('DELETE FROM nonces WHERE expires_at <= $1', [now.toISOString()]);
+  } catch (e) {
+    if (!isRaceLoss(e)) throw e;
+  }
 }
 
 /**

@@ -14,8 +14,13 @@ const STATUS: Record<AuditError['code'], number> = { NO_SUCH_AUDIT: 404, NOT_YOU
  * revealed, the replicas drawn at the run's full rate (unproven), and the audits it chose with their outcome.
  */
 export const auditRoutes: FastifyPluginAsync<{ audits: Auditor; coordinator: Coordinator }> = async (app, { audits, coordinator }) => {
+  // When each request's headers came, before its body: the body's upload time is measured from here.
+  const began = new WeakMap<object, number>();
+  app.addHook('onRequest', async (req) => void began.set(req.raw, performance.now()));
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer', bodyLimit: MAX_RECORD_BYTES }, (_req, body, done) => done(null, body));
   app.put<{ Params: { auditId: string } }>('/api/audits/:auditId', { bodyLimit: MAX_RECORD_BYTES }, async (req, reply) => {
+    // The body has arrived: the time since its headers did is its upload's, the miner's measured rate (audits.ts).
+    const uploadMs = performance.now() - (began.get(req.raw) ?? performance.now());
     const { auditId } = req.params;
     const minerId = String(req.headers['x-miner-id'] ?? '');
     const signature = String(req.headers['x-signature'] ?? '');
@@ -27,7 +32,7 @@ export const auditRoutes: FastifyPluginAsync<{ audits: Auditor; coordinator: Coo
       return reply.code(401).send({ error: 'BAD_SIGNATURE', message: 'x-signature over { runId, auditId, hash } does not verify for x-miner-id' });
     }
     try {
-      await audits.answer(auditId, minerId, bytes);
+      await audits.answer(auditId, minerId, bytes, uploadMs);
     } catch (e) {
       if (e instanceof AuditError) return reply.code(STATUS[e.code]).send({ error: e.code, message: e.message });
       throw e;

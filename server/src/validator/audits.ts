@@ -1,3 +1,5 @@
+// One file over 400 lines: the whole-round audit is one lifecycle (draw, deadline, intake, replay, sweep, restarts) over one
+// table, and its parts share the Auditor's state; issue 40 splits it by role along with the run state it queries.
 import { auditCommitment, drawRateOf, isAudited } from '@train-at-home/incentives';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, recordFloorBytes, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
@@ -53,6 +55,31 @@ export const AUDIT_REPLAY_LIMIT_MS = 300_000;
  * miner: before, it held every settlement until AUDIT_REPLAY_LIMIT_MS past its deadline.
  */
 export const REPLAY_LOST_MS = 30_000;
+
+/**
+ * A miner whose upload rate has not been measured yet (it uploaded no record) is given the time its record takes at
+ * this rate: 5 Mbit/s, a slow home uplink.
+ */
+export const ASSUMED_UPLOAD_BYTES_PER_SEC = 625_000;
+/** Smaller uploads say little of a line's rate (latency dominates them): not measured. */
+export const MEASURED_UPLOAD_MIN_BYTES = 256 * 1024;
+/**
+ * The hard bound unless the run sets one (incentives.auditGraceMs): an answer is taken and replayed for this long
+ * after its deadline, so an honest miner on a slow or busy line is replayed, not flagged; only one that has not answered
+ * 10 minutes past its deadline is flagged AUDIT_UNANSWERED, and the epochs its round is in wait for it meanwhile.
+ */
+export const AUDIT_GRACE_MS = 600_000;
+
+/**
+ * An audit's deadline, from when it is drawn: the run's allowance (auditTimeoutMs: finding and encoding the record,
+ * the request's way there) plus the upload, at its miner's measured rate (the assumed rate until one is measured), of
+ * the record and of those of its audits still open (a miner uploads them one at a time, oldest first). A record's
+ * size: the larger of its floor (start weights and optimizer moments: record.ts) and the miner's last record.
+ */
+export function auditDeadlineMs(timeoutMs: number, recordBytes: number, uploadBytesPerSec?: number | null): number {
+  const rate = uploadBytesPerSec && uploadBytesPerSec > 0 ? uploadBytesPerSec : ASSUMED_UPLOAD_BYTES_PER_SEC;
+  return Math.ceil(timeoutMs + (1000 * recordBytes) / rate);
+}
 
 /** An open audit is sent to its miner again this often until answered (one sent while its socket was down is lost). */
 export const AUDIT_RESEND_MS = 10_000;
@@ -149,9 +176,14 @@ export class Auditor {
     return this.c.run.incentives.auditRate ?? 0;
   }
 
-  /** How long a drawn miner has to upload its record. */
+  /** The allowance a drawn miner has before its record's upload (auditDeadlineMs). */
   private get timeoutMs(): number {
     return this.c.run.incentives.auditTimeoutMs ?? 30_000;
+  }
+
+  /** How long past its deadline an answer is still taken (the hard bound). */
+  private get graceMs(): number {
+    return this.c.run.incentives.auditGraceMs ?? AUDIT_GRACE_MS;
   }
 
   /**
@@ -211,7 +243,10 @@ export class Auditor {
     this.stats.clippedDrawn += forced.length;
     const chosen = [...drawn, ...forced];
     for (const minerId of chosen) {
-      const [miner] = await this.c.db.query<{ backend: string }>('SELECT backend FROM miners WHERE id = $1 AND run_id = $2', [minerId, this.c.runId]);
+      const [miner] = await this.c.db.query<{ backend: string; upload_bytes_per_sec: number | null; record_bytes: number | null }>(
+        'SELECT backend, upload_bytes_per_sec, record_bytes FROM miners WHERE id = $1 AND run_id = $2',
+        [minerId, this.c.runId],
+      );
       const id = randomBytes(16).toString('hex');
       this.stats.drawn++;
       if (miner?.backend !== AUDIT_BACKEND && !REPLAY_TOLERANCE[miner?.backend ?? '']) {
@@ -227,8 +262,17 @@ export class Auditor {
         this.stats.skipped++;
         continue;
       }
-      await this.insert(id, stage, round, minerId, 'open', null, null, this.timeoutMs);
-      this.c.sendToMiner(minerId, 'audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs: this.timeoutMs });
+      const recordBytes = Math.max(floor, miner?.record_bytes ?? 0);
+      // A miner uploads its records one at a time, oldest first: those of its audits still open go before this one.
+      const [ahead] = await this.c.db.query<{ bytes: number }>(
+        `SELECT coalesce(sum((detail ->> 'recordBytes')::float8), 0)::float8 AS bytes FROM audits WHERE run_id = $1 AND miner_id = $2 AND status = 'open'`,
+        [this.c.runId, minerId],
+      );
+      const queuedBytes = Number(ahead?.bytes ?? 0);
+      const deadlineMs = auditDeadlineMs(this.timeoutMs, queuedBytes + recordBytes, miner?.upload_bytes_per_sec);
+      const detail = { recordBytes, queuedBytes, uploadBytesPerSec: miner?.upload_bytes_per_sec ?? null, deadlineMs, graceMs: this.graceMs };
+      await this.insert(id, stage, round, minerId, 'open', null, detail, deadlineMs);
+      this.c.sendToMiner(minerId, 'audit', { v: PROTOCOL_VERSION, auditId: id, stage, round, deadlineMs, finalMs: deadlineMs + this.graceMs });
       this.sentAt.set(id, Date.now());
     }
   }
@@ -242,16 +286,17 @@ export class Auditor {
   }
 
   /**
-   * A miner's answer: its round's record. Refused by name (and the audit left
-   * open until its deadline) when it is not for an open audit of this miner,
-   * not a record, or a record of another round, stage, run or miner.
+   * A miner's answer: its round's record, taken until the hard bound (a late one is replayed as any other, its
+   * lateness kept with the verdict). Refused by name (and the audit left open until its hard bound) when it is not
+   * for an open audit of this miner, not a record, or a record of another round, stage, run or miner. `uploadMs`:
+   * how long the upload took (its request's body, as the route received it): the miner's measured upload rate.
    */
-  async answer(auditId: string, minerId: string, bytes: Uint8Array): Promise<void> {
-    const [audit] = await this.c.db.query<{ stage: number; round: number; miner_id: string; status: string }>(
-      'SELECT stage, round, miner_id, status FROM audits WHERE id = $1 AND run_id = $2',
+  async answer(auditId: string, minerId: string, bytes: Uint8Array, uploadMs?: number): Promise<void> {
+    const [audit] = await this.c.db.query<{ stage: number; round: number; miner_id: string; status: string; late_ms: number }>(
+      `SELECT stage, round, miner_id, status, greatest(0, (extract(epoch FROM now() - deadline) * 1000)::int) AS late_ms FROM audits WHERE id = $1 AND run_id = $2`,
       [auditId, this.c.runId],
     );
-    if (!audit || audit.status !== 'open') throw new AuditError('NO_SUCH_AUDIT', 'no audit with that id is open (never drawn, answered already, or past its deadline)');
+    if (!audit || audit.status !== 'open') throw new AuditError('NO_SUCH_AUDIT', 'no audit with that id is open (never drawn, answered already, or past its hard bound)');
     if (audit.miner_id !== minerId) throw new AuditError('NOT_YOUR_AUDIT', 'this audit was drawn for another miner');
     if (bytes.length > MAX_RECORD_BYTES) throw new AuditError('TOO_LARGE', `a record of at most ${MAX_RECORD_BYTES} bytes`);
     let record: RoundRecord;
@@ -268,14 +313,42 @@ export class Auditor {
     // The microbatches it says it trained (checked by the replay): a replay of a round with work counts toward the draw's PROVEN_AUDITS.
     const steps = record.ops.filter((o) => o.kind === 'backward' && o.applied).length;
     const [taken] = await this.c.db.query(
-      `UPDATE audits SET status = 'replaying', replay_seen = now(), detail = coalesce(detail, '{}'::jsonb) || jsonb_build_object('steps', $2::int) WHERE id = $1 AND status = 'open' RETURNING id`,
-      [auditId, steps],
+      `UPDATE audits SET status = 'replaying', replay_seen = now(), detail = coalesce(detail, '{}'::jsonb) || jsonb_build_object('steps', $2::int, 'lateMs', $3::int, 'uploadMs', $4::int, 'takenAt', now())
+       WHERE id = $1 AND status = 'open' RETURNING id`,
+      [auditId, steps, audit.late_ms, uploadMs === undefined ? null : Math.round(uploadMs)],
     );
     if (!taken) throw new AuditError('NO_SUCH_AUDIT', 'answered already');
+    // The line's rate, for this miner's next deadline (auditDeadlineMs): measured on uploads big enough to tell.
+    if (uploadMs !== undefined && bytes.length >= MEASURED_UPLOAD_MIN_BYTES) {
+      const rate = (1000 * bytes.length) / Math.max(1, uploadMs);
+      await this.c.db.query('UPDATE miners SET upload_bytes_per_sec = $3, record_bytes = $4 WHERE id = $1 AND run_id = $2', [minerId, this.c.runId, rate, bytes.length]);
+      await this.requeue(minerId, rate);
+    } else await this.c.db.query('UPDATE miners SET record_bytes = $3 WHERE id = $1 AND run_id = $2', [minerId, this.c.runId, bytes.length]);
     this.replaying.add(auditId);
     void this.replay(auditId, audit.stage, audit.round, minerId, record, bytes)
       .catch((e: unknown) => this.c.log.error({ err: e, auditId }, 'audit failed to run'))
       .finally(() => this.replaying.delete(auditId));
+  }
+
+  /**
+   * A miner's line was just measured: its audits still open, which it uploads one after another from now, oldest
+   * first, get deadlines at that rate, counted from now (never earlier than they had). Drawn at the assumed rate on a
+   * slower line, the later ones of a queue would otherwise pass their hard bound while the first still uploaded.
+   */
+  private async requeue(minerId: string, bytesPerSec: number): Promise<void> {
+    const open = await this.c.db.query<{ id: string; bytes: number | null }>(
+      `SELECT id, (detail ->> 'recordBytes')::float8 AS bytes FROM audits WHERE run_id = $1 AND miner_id = $2 AND status = 'open' ORDER BY created_at, id`,
+      [this.c.runId, minerId],
+    );
+    let queued = 0;
+    for (const a of open) {
+      queued += Number(a.bytes ?? 0);
+      const ms = auditDeadlineMs(this.timeoutMs, queued, bytesPerSec);
+      await this.c.db.query(
+        `UPDATE audits SET deadline = greatest(deadline, now() + make_interval(secs => $2)), detail = coalesce(detail, '{}'::jsonb) || jsonb_build_object('requeuedMs', $3::int) WHERE id = $1 AND status = 'open'`,
+        [a.id, ms / 1000, ms],
+      );
+    }
   }
 
   private async replay(auditId: string, stage: number, round: number, minerId: string, record: RoundRecord, bytes: Uint8Array): Promise<void> {
@@ -424,10 +497,17 @@ export class Auditor {
   }
 
   private async finish(auditId: string, status: string, reason: string | null, detail: object, ms: number): Promise<void> {
-    await this.c.db.query(`UPDATE audits SET status = $2, reason = $3, detail = $4, validator_ms = $5, finished_at = now() WHERE id = $1`, [auditId, status, reason, JSON.stringify(detail), Math.round(ms)]);
+    // The verdict's detail beside what the audit already kept (its deadline, the upload's lateness and time).
+    await this.c.db.query(`UPDATE audits SET status = $2, reason = $3, detail = coalesce(detail, '{}'::jsonb) || $4::jsonb, validator_ms = $5, finished_at = now() WHERE id = $1`, [
+      auditId,
+      status,
+      reason,
+      JSON.stringify(detail),
+      Math.round(ms),
+    ]);
   }
 
-  /** Audits past their deadline: unanswered by a miner still here flags it; one that left is not blamed. */
+  /** Audits past their hard bound (deadline + grace): unanswered by a miner still here flags it; one that left is not blamed. */
   async tick(): Promise<void> {
     if (this.busy) return;
     this.busy = true;
@@ -438,15 +518,16 @@ export class Auditor {
         [this.c.runId],
       );
       for (const a of open) {
-        if (Date.now() - (this.sentAt.get(a.id) ?? 0) < AUDIT_RESEND_MS || a.left_ms <= 0) continue;
-        this.c.sendToMiner(a.miner_id, 'audit', { v: PROTOCOL_VERSION, auditId: a.id, stage: a.stage, round: a.round, deadlineMs: a.left_ms });
+        if (Date.now() - (this.sentAt.get(a.id) ?? 0) < AUDIT_RESEND_MS || a.left_ms + this.graceMs <= 0) continue;
+        this.c.sendToMiner(a.miner_id, 'audit', { v: PROTOCOL_VERSION, auditId: a.id, stage: a.stage, round: a.round, deadlineMs: a.left_ms, finalMs: a.left_ms + this.graceMs });
         this.sentAt.set(a.id, Date.now());
       }
       for (const id of [...this.sentAt.keys()]) if (!open.some((a) => a.id === id)) this.sentAt.delete(id);
       // This process's replays are still running; one no process marked for REPLAY_LOST_MS went with its process: asked again.
       if (this.replaying.size) await this.c.db.query(`UPDATE audits SET replay_seen = now() WHERE id = ANY($1::text[]) AND status = 'replaying'`, [[...this.replaying]]);
       const lost = await this.c.db.query<{ id: string }>(
-        `UPDATE audits SET status = 'open', deadline = now() + make_interval(secs => $2), detail = '{"reopened":"its replay was lost with the process that ran it"}'
+        `UPDATE audits SET status = 'open', deadline = now() + make_interval(secs => coalesce((detail ->> 'deadlineMs')::float8 / 1000, $2)),
+           detail = coalesce(detail, '{}'::jsonb) || '{"reopened":"its replay was lost with the process that ran it"}'::jsonb
          WHERE run_id = $1 AND status = 'replaying' AND coalesce(replay_seen, deadline) < now() - make_interval(secs => $3) AND NOT (id = ANY($4::text[])) RETURNING id`,
         [this.c.runId, this.timeoutMs / 1000, REPLAY_LOST_MS / 1000, [...this.replaying]],
       );
@@ -454,13 +535,23 @@ export class Auditor {
       // A replay that never came back (this process lost track of it) would hold settlement forever: skipped, saying so.
       const stuck = await this.c.db.query<{ id: string }>(
         `UPDATE audits SET status = 'skipped', reason = 'VALIDATOR', detail = '{"error":"the replay never finished"}', finished_at = now()
-         WHERE run_id = $1 AND status = 'replaying' AND deadline < now() - make_interval(secs => $2) RETURNING id`,
+         WHERE run_id = $1 AND status = 'replaying' AND coalesce((detail ->> 'takenAt')::timestamptz, deadline) < now() - make_interval(secs => $2) RETURNING id`,
         [this.c.runId, AUDIT_REPLAY_LIMIT_MS / 1000],
       );
       this.stats.skipped += stuck.length;
+      // Past its deadline, an audit of a miner that left is closed at once (nobody is blamed, and its epochs need not
+      // wait out the grace for an answer that cannot come), as is one asked again because this side lost its replay (the
+      // validator's fault: skipped below); one of a miner still here waits for the hard bound.
+      const gone: string[] = [];
+      for (const a of open) {
+        if (a.left_ms >= 0 || a.left_ms + this.graceMs <= 0) continue;
+        const [row] = await this.c.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [a.miner_id, this.c.runId]);
+        if (row?.status !== 'active' || !(await this.c.canReach(a.miner_id))) gone.push(a.id);
+      }
       const due = await this.c.db.query<{ id: string; miner_id: string; stage: number; round: number; reopened: boolean }>(
-        `UPDATE audits SET status = 'expired' WHERE run_id = $1 AND status = 'open' AND deadline < now() RETURNING id, miner_id, stage, round, (detail ? 'reopened') AS reopened`,
-        [this.c.runId],
+        `UPDATE audits SET status = 'expired' WHERE run_id = $1 AND status = 'open' AND (deadline + make_interval(secs => $2) < now() OR ((id = ANY($3::text[]) OR detail ? 'reopened') AND deadline < now()))
+         RETURNING id, miner_id, stage, round, (detail ? 'reopened') AS reopened`,
+        [this.c.runId, this.graceMs / 1000, gone],
       );
       for (const a of due) {
         const [row] = await this.c.db.query<{ status: string }>('SELECT status FROM miners WHERE id = $1 AND run_id = $2', [a.miner_id, this.c.runId]);
@@ -479,7 +570,7 @@ export class Auditor {
         if (await this.c.db.transaction((tx) => forfeitForRestart(tx, this.c.runId, a))) continue;
         await this.finish(a.id, 'unanswered', 'AUDIT_UNANSWERED', {}, 0);
         this.stats.unanswered++;
-        await this.c.flags.raise(a.miner_id, 'AUDIT_UNANSWERED', `did not upload the record of its round ${a.round} on stage ${a.stage + 1} within the audit's deadline`, { auditId: a.id, stage: a.stage, round: a.round });
+        await this.c.flags.raise(a.miner_id, 'AUDIT_UNANSWERED', `did not upload the record of its round ${a.round} on stage ${a.stage + 1} by the audit's hard bound (${Math.round(this.graceMs / 1000)} s past its deadline)`, { auditId: a.id, stage: a.stage, round: a.round });
       }
     } finally {
       this.busy = false;

@@ -61,6 +61,8 @@ export class ValidatorProcess {
   constructor(
     private readonly run: RunConfig,
     private readonly log: FastifyBaseLogger,
+    /** Where the run's dataset is prepared (the coordinator's data root); unset: ./data (DATA_DIR). */
+    private readonly dataRoot?: string,
   ) {}
 
   private start(): void {
@@ -69,7 +71,7 @@ export class ValidatorProcess {
     const { entry, execArgv } = validatorEntry();
     const child = fork(entry, [], {
       execArgv,
-      env: { ...process.env, TAH_VALIDATOR_RUN: JSON.stringify(this.run) },
+      env: { ...process.env, TAH_VALIDATOR_RUN: JSON.stringify(this.run), ...(this.dataRoot ? { TAH_VALIDATOR_DATA_ROOT: this.dataRoot } : {}) },
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });

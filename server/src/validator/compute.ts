@@ -19,8 +19,9 @@ import {
   type TokenBatch,
   type Tokenizer,
   type BackendName,
+  runDataset,
 } from '@train-at-home/model';
-import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
+import { DATA_DIR, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { compareOutputs, type OutputComparison } from '@train-at-home/incentives';
 import { decodeMicrobatch, decodeRecord, microbatchInputs, replayRound, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
 import type { RunConfig } from '../run-config';
@@ -117,9 +118,11 @@ export class ValidatorCompute {
     if (wanted !== undefined && !['webgpu', 'wasm', 'cpu'].includes(wanted)) throw new Error(`TAH_VALIDATOR_BACKEND is webgpu, wasm or cpu, not ${wanted}`);
     this.backend = await initNodeBackend((wanted ?? 'wasm') as BackendName, (line) => console.error(`[validator] ${line}`));
     const config = PRESETS[this.run.preset];
-    // TAH_DATA_PREPARED: shards prepared elsewhere and carried (a bundled coordinator), with no corpus packages to check them against.
-    if (!process.env.TAH_DATA_PREPARED) prepareData({ outDir: DATA_DIR, vocabSize: config.vocabSize });
-    const ds = loadDataset(join(DATA_DIR, datasetName(config.vocabSize)));
+    // TAH_DATA_PREPARED: shards prepared elsewhere and carried (a bundled coordinator), with no corpus packages to check them
+    // against; an operator's own dataset (run.dataset) was prepared by them, under the coordinator's data root.
+    const root = process.env.TAH_VALIDATOR_DATA_ROOT ?? DATA_DIR;
+    if (!process.env.TAH_DATA_PREPARED && !this.run.dataset) prepareData({ outDir: root, vocabSize: config.vocabSize });
+    const ds = loadDataset(join(root, runDataset({ dataset: this.run.dataset, vocabSize: config.vocabSize })));
     this.data = {
       batches: evaluationBatches(ds.heldOut, 32, config.contextLength, this.evalBatches),
       bigram: bigramBaseline(ds.train, ds.heldOut, config.vocabSize).loss,

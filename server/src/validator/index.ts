@@ -33,8 +33,11 @@ export class Validator {
   /** How often, at most, merged rounds get a held-out loss and a sample on their own (Infinity: only when asked, as a benchmark that evaluates on its own schedule does). */
   evaluateEveryMs = EVALUATE_EVERY_MS;
 
-  constructor(private readonly c: Coordinator) {
-    this.process = new ValidatorProcess(c.run, c.log);
+  constructor(
+    private readonly c: Coordinator,
+    dataRoot?: string,
+  ) {
+    this.process = new ValidatorProcess(c.run, c.log, dataRoot);
     this.spotChecks = new SpotChecker(c, this.process);
     this.settler = new Settler(c, this.process);
     this.audits = new Auditor(c, this.process);

@@ -26,7 +26,17 @@ export interface DataManifest {
 /** Bump when preparation changes what it writes: the dataset's folder name changes with it. */
 export const PREPARATION_VERSION = 1;
 
-/** The folder of a prepared dataset, under ./data on disk and /data/ over HTTP. */
-export function datasetName(vocabSize: number): string {
-  return `sotu-brown-v${PREPARATION_VERSION}-bpe${vocabSize}`;
+/** The folder of a prepared dataset, under ./data on disk and /data/ over HTTP: the shipped corpora's, or another's by name. */
+export function datasetName(vocabSize: number, corpus = 'sotu-brown'): string {
+  return `${corpus}-v${PREPARATION_VERSION}-bpe${vocabSize}`;
+}
+
+/** What a dataset's folder may be named (`datasetName`): served under /data/ only then. */
+export const DATASET_NAME = /^[a-z0-9][a-z0-9-]{0,47}-v[0-9]+-bpe[0-9]+$/;
+/** A corpus's name as an operator gives it (`prepare-data --name`). */
+export const CORPUS_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
+
+/** The dataset a run trains on: the one it names (an operator's own corpus, `--data`), else the shipped corpora's. */
+export function runDataset(run: { dataset?: string; vocabSize: number }): string {
+  return run.dataset ?? datasetName(run.vocabSize);
 }

@@ -1,4 +1,5 @@
 export * from './corpus';
+export * from './inputs';
 export * from './prepare';
 export * from './shards';
 export * from './backend';

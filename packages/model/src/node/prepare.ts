@@ -4,10 +4,11 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from 'node:path';
 import { Tokenizer, type TokenizerJSON } from '../tokenizer/bpe';
 import { trainBpe } from '../tokenizer/train';
-import { PREPARATION_VERSION, datasetName, type DataManifest, type ShardInfo } from '../data/manifest';
+import { CORPUS_NAME, PREPARATION_VERSION, datasetName, type DataManifest, type ShardInfo } from '../data/manifest';
 
 export { PREPARATION_VERSION, datasetName };
 import { readBrown, readSotu, type Document } from './corpus';
+import { InputError, inputFiles, readInputs } from './inputs';
 
 /** Bump when the preparation's output would change for the same inputs. */
 
@@ -35,14 +36,123 @@ export interface PrepareResult {
  */
 export function prepareData(options: PrepareOptions): PrepareResult {
   const heldOutBytes = options.heldOutBytes ?? 1_000_000;
-  const shardTokens = options.shardTokens ?? 1 << 20;
-  const log = options.log ?? (() => {});
-  const dir = join(options.outDir, datasetName(options.vocabSize));
-
   const sotu = readSotu();
   const brown = readBrown();
-  const inputsHash = hashDocuments([...sotu, ...brown], { vocabSize: options.vocabSize, heldOutBytes, shardTokens });
+  // Held out: the most recent speeches, until heldOutBytes.
+  const { heldOut } = holdOutLast(sotu, heldOutBytes);
+  const train = [...sotu.slice(0, sotu.length - heldOut.length), ...brown];
+  return buildDataset({
+    dir: join(options.outDir, datasetName(options.vocabSize)),
+    name: datasetName(options.vocabSize),
+    train,
+    heldOut,
+    hashed: [...sotu, ...brown],
+    settings: { vocabSize: options.vocabSize, heldOutBytes, shardTokens: options.shardTokens ?? 1 << 20 },
+    vocabSize: options.vocabSize,
+    log: options.log ?? (() => {}),
+  });
+}
 
+export interface CorpusOptions {
+  /** Files, folders or globs of .txt, .jsonl and .parquet (inputs.ts). */
+  inputs: string[];
+  /** The text field of a .jsonl line and the text column of a .parquet file. */
+  field?: string;
+  /** The dataset's name: its folder is `<name>-v<version>-bpe<vocab>` (datasetName). */
+  name: string;
+  outDir: string;
+  /** The vocabulary of the tokenizer trained on the training split; unused with `tokenizer`. */
+  vocabSize?: number;
+  /** A tokenizer.json (this project's byte-level BPE, as prepare-data writes it) to use instead of training one. */
+  tokenizer?: string;
+  /** At least this many bytes of the last documents (in the inputs' order) are held out; default a tenth of the corpus. */
+  heldOutBytes?: number;
+  shardTokens?: number;
+  log?: (line: string) => void;
+}
+
+/**
+ * An operator's own corpus (`npm run prepare-data -- --input …`), prepared as the shipped one is: every input read
+ * and checked before anything is written (an unreadable file, an empty field, a corpus too small to hold out a split
+ * from are refused by name: InputError), then the same held-out split, tokenizer, shards and manifest, written to a
+ * temporary folder renamed into place (never half-written). Held out: the last documents in the inputs' order.
+ */
+export async function prepareCorpus(options: CorpusOptions): Promise<PrepareResult> {
+  const log = options.log ?? (() => {});
+  if (!CORPUS_NAME.test(options.name)) throw new InputError('BAD_NAME', `a corpus name is lower-case letters, digits and dashes, at most 40 (not ${JSON.stringify(options.name)})`);
+  const files = inputFiles(options.inputs);
+  log(`data: reading ${files.length} input file${files.length === 1 ? '' : 's'}`);
+  const docs = await readInputs(files, { field: options.field ?? 'text', progress: tenths('read', files.length, log) });
+  let tokenizer: TokenizerJSON | undefined;
+  if (options.tokenizer) {
+    try {
+      tokenizer = JSON.parse(readFileSync(options.tokenizer, 'utf8')) as TokenizerJSON;
+      new Tokenizer(tokenizer);
+    } catch (e) {
+      throw new InputError('BAD_TOKENIZER', `${options.tokenizer}: ${(e as Error).message}`);
+    }
+  }
+  const vocabSize = tokenizer?.vocabSize ?? options.vocabSize ?? 4096;
+  const total = docs.reduce((n, d) => n + Buffer.byteLength(d.text), 0);
+  const heldOutBytes = options.heldOutBytes ?? Math.ceil(total / 10);
+  const { heldOut, heldBytes } = holdOutLast(docs, heldOutBytes);
+  const train = docs.slice(0, docs.length - heldOut.length);
+  const trainBytes = total - heldBytes;
+  if (train.length === 0 || trainBytes < heldBytes) {
+    throw new InputError('TOO_SMALL', `${docs.length} document${docs.length === 1 ? '' : 's'} of ${total} bytes: holding out ${heldOutBytes} bytes (whole documents, the last ones) would leave ${trainBytes} bytes to train on, less than the held-out split`);
+  }
+  const name = datasetName(vocabSize, options.name);
+  return buildDataset({
+    dir: join(options.outDir, name),
+    name,
+    train,
+    heldOut,
+    hashed: docs,
+    settings: { vocabSize, heldOutBytes, shardTokens: options.shardTokens ?? 1 << 20, field: options.field ?? 'text', tokenizer: tokenizer ? bytesToHex(sha256(JSON.stringify(tokenizer))) : null },
+    vocabSize,
+    tokenizer,
+    log,
+  });
+}
+
+/** The last documents, in order, until they hold at least `bytes` (whole documents): the held-out split. */
+function holdOutLast(docs: Document[], bytes: number): { heldOut: Document[]; heldBytes: number } {
+  let heldBytes = 0;
+  let first = docs.length;
+  while (first > 0 && heldBytes < bytes) heldBytes += Buffer.byteLength(docs[--first]!.text);
+  return { heldOut: docs.slice(first), heldBytes };
+}
+
+/** A progress callback that logs a line per tenth done. */
+function tenths(what: string, total: number, log: (line: string) => void): (done: number) => void {
+  let shown = 0;
+  return (done) => {
+    const tenth = Math.floor((10 * done) / Math.max(1, total));
+    if (tenth > shown) {
+      shown = tenth;
+      log(`data: ${what} ${tenth * 10}% (${done} of ${total})`);
+    }
+  };
+}
+
+interface DatasetInput {
+  dir: string;
+  name: string;
+  train: Document[];
+  heldOut: Document[];
+  /** What the cache key covers, with `settings`. */
+  hashed: Document[];
+  settings: object;
+  vocabSize: number;
+  tokenizer?: TokenizerJSON;
+  log: (line: string) => void;
+}
+
+/** The split, the tokenizer (trained on the training split unless given), the shards and the manifest, written whole or not at all. */
+function buildDataset(input: DatasetInput): PrepareResult {
+  const { dir, train, heldOut, log } = input;
+  const shardTokens = (input.settings as { shardTokens: number }).shardTokens;
+  const inputsHash = hashDocuments(input.hashed, input.settings);
   const manifestPath = join(dir, 'manifest.json');
   if (existsSync(manifestPath)) {
     const cached = JSON.parse(readFileSync(manifestPath, 'utf8')) as DataManifest;
@@ -51,57 +161,54 @@ export function prepareData(options: PrepareOptions): PrepareResult {
       return { dir, manifest: cached, built: false };
     }
   }
-
-  // Held out: the most recent speeches, newest first, until heldOutBytes.
-  const heldOut: Document[] = [];
-  let heldBytes = 0;
-  for (let i = sotu.length - 1; i >= 0 && heldBytes < heldOutBytes; i--) {
-    heldOut.unshift(sotu[i]!);
-    heldBytes += Buffer.byteLength(sotu[i]!.text);
-  }
-  const train = [...sotu.slice(0, sotu.length - heldOut.length), ...brown];
   log(`data: ${train.length} training documents, ${heldOut.length} held out (${heldOut[0]!.source} onwards)`);
 
   const started = Date.now();
-  const tokenizerJson = trainBpe(
-    train.map((d) => d.text),
-    options.vocabSize,
-  );
-  log(`data: trained BPE tokenizer, vocab ${tokenizerJson.vocabSize}, in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  const tokenizerJson =
+    input.tokenizer ??
+    trainBpe(
+      train.map((d) => d.text),
+      input.vocabSize,
+    );
+  log(input.tokenizer ? `data: tokenizer given, vocab ${tokenizerJson.vocabSize}` : `data: trained BPE tokenizer, vocab ${tokenizerJson.vocabSize}, in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   const tokenizer = new Tokenizer(tokenizerJson);
 
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true });
-  const tokenizerBytes = Buffer.from(JSON.stringify(tokenizerJson));
-  writeFileSync(join(tmp, 'tokenizer.json'), tokenizerBytes);
-  const trainShards = writeShards(tmp, 'train', encodeDocuments(tokenizer, train), shardTokens);
-  const heldOutShards = writeShards(tmp, 'heldout', encodeDocuments(tokenizer, heldOut), shardTokens);
+  try {
+    const tokenizerBytes = Buffer.from(JSON.stringify(tokenizerJson));
+    writeFileSync(join(tmp, 'tokenizer.json'), tokenizerBytes);
+    const trainShards = writeShards(tmp, 'train', encodeDocuments(tokenizer, train, tenths('encoded training documents', train.length, log)), shardTokens);
+    const heldOutShards = writeShards(tmp, 'heldout', encodeDocuments(tokenizer, heldOut), shardTokens);
 
-  const manifest: DataManifest = {
-    name: datasetName(options.vocabSize),
-    preparationVersion: PREPARATION_VERSION,
-    inputsHash,
-    vocabSize: tokenizerJson.vocabSize,
-    eotId: tokenizerJson.eotId,
-    tokenizer: { file: 'tokenizer.json', sha256: bytesToHex(sha256(tokenizerBytes)) },
-    trainDocuments: train.length,
-    heldOutDocuments: heldOut.map((d) => d.source),
-    train: trainShards,
-    heldOut: heldOutShards,
-    trainTokens: trainShards.reduce((n, s) => n + s.tokens, 0),
-    heldOutTokens: heldOutShards.reduce((n, s) => n + s.tokens, 0),
-    bytesPerToken: 2,
-  };
-  writeFileSync(join(tmp, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');
-  rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir); // readers never see a half-written dataset
-  log(`data: wrote ${manifest.trainTokens} training and ${manifest.heldOutTokens} held-out tokens to ${dir}`);
-  return { dir, manifest, built: true };
+    const manifest: DataManifest = {
+      name: input.name,
+      preparationVersion: PREPARATION_VERSION,
+      inputsHash,
+      vocabSize: tokenizerJson.vocabSize,
+      eotId: tokenizerJson.eotId,
+      tokenizer: { file: 'tokenizer.json', sha256: bytesToHex(sha256(tokenizerBytes)) },
+      trainDocuments: train.length,
+      heldOutDocuments: heldOut.map((d) => d.source),
+      train: trainShards,
+      heldOut: heldOutShards,
+      trainTokens: trainShards.reduce((n, s) => n + s.tokens, 0),
+      heldOutTokens: heldOutShards.reduce((n, s) => n + s.tokens, 0),
+      bytesPerToken: 2,
+    };
+    writeFileSync(join(tmp, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(tmp, dir); // readers never see a half-written dataset
+    log(`data: wrote ${manifest.trainTokens} training and ${manifest.heldOutTokens} held-out tokens to ${dir}`);
+    return { dir, manifest, built: true };
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
 }
 
-function encodeDocuments(tokenizer: Tokenizer, docs: Document[]): Uint16Array {
-  const parts = docs.map((d) => tokenizer.encode(d.text));
+function encodeDocuments(tokenizer: Tokenizer, docs: Document[], progress?: (done: number) => void): Uint16Array {
+  const parts = docs.map((d, i) => (progress?.(i + 1), tokenizer.encode(d.text)));
   const total = parts.reduce((n, p) => n + p.length + 1, 0);
   const out = new Uint16Array(total);
   let offset = 0;

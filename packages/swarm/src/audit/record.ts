@@ -200,6 +200,11 @@ export function decodeRecord(bytes: Uint8Array): RoundRecord {
  * end state too (12 bytes per parameter, shared with the next round's start until a merge replaces it).
  */
 export const RECORDS_KEPT = 3;
+/**
+ * Records of rounds drawn for an audit and not answered yet are kept beyond RECORDS_KEPT (an upload on a slow line can
+ * outlast several rounds, and a record dropped before its turn to upload could never be answered), up to this many.
+ */
+export const RECORDS_PINNED = 8;
 
 export class RoundRecorder {
   private current?: RoundRecord;
@@ -291,12 +296,28 @@ export class RoundRecorder {
   finish(): void {
     if (!this.current || this.current.round === 0) return;
     this.finished.push(this.current);
-    while (this.finished.length > RECORDS_KEPT) this.finished.shift();
+    // The oldest go first, but not those pinned for an audit still to answer (at most RECORDS_PINNED of them).
+    const pinned = (r: RoundRecord): boolean => this.pinned.has(r.round);
+    while (this.finished.filter((r) => !pinned(r)).length > RECORDS_KEPT) this.finished.splice(this.finished.findIndex((r) => !pinned(r)), 1);
+    while (this.finished.length > RECORDS_KEPT + RECORDS_PINNED) this.unpin(this.finished.shift()!.round);
     this.current = undefined;
   }
 
   /** The finished round that ended with the merge of `round`. */
   find(round: number): RoundRecord | undefined {
     return this.finished.find((r) => r.round === round);
+  }
+
+  private readonly pinned = new Set<number>();
+
+  /** Keeps the record of `round` until unpinned (an audit of it is waiting its turn to upload); false when none is kept. */
+  pin(round: number): boolean {
+    if (!this.find(round)) return false;
+    this.pinned.add(round);
+    return true;
+  }
+
+  unpin(round: number): void {
+    this.pinned.delete(round);
   }
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `npm test`: every phase of the suite, each timed. The three test passes (embedded database, PostgreSQL server,
+# browsers) all run even when an earlier phase failed, so one run shows every failure; the exit status is non-zero
+# if any phase failed. The closing lines list each phase's time and outcome.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+summary=()
+failed=0
+failedPhases=()
+# Each phase's output is kept (as well as printed) so that the closing lines can name every test that failed in any
+# phase: CI keeps only the tail of the output, where only the last phase's own report would show.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+phase() {
+  local name=$1
+  shift
+  echo
+  echo "=== test phase: $name ($*)"
+  local start=$SECONDS
+  "$@" 2>&1 | tee "$logs/$name.log"
+  local status=${PIPESTATUS[0]}
+  local took=$((SECONDS - start))
+  if [ "$status" -eq 0 ]; then summary+=("$(printf '  %-10s %5d s  passed' "$name" "$took")")
+  else
+    summary+=("$(printf '  %-10s %5d s  FAILED (exit %d)' "$name" "$took" "$status")")
+    failed=1
+    failedPhases+=("$name")
+  fi
+}
+
+phase setup bash scripts/test-deps.sh
+phase typecheck npm run --silent typecheck
+phase build npm run --silent build
+phase data npm run --silent prepare-data
+phase embedded bash scripts/vitest-run.sh --exclude server/test/scale-out.test.ts
+phase postgres bash scripts/test-postgres.sh
+phase browsers bash scripts/test-e2e.sh
+
+# What did not pass in each failed phase: the outcomes reporter's "not passed:" lines, then vitest's "FAIL file > test"
+# lines and the errors' first lines.
+for name in "${failedPhases[@]}"; do
+  echo
+  echo "did not pass in phase $name:"
+  plain=$(sed -e 's/\x1b\[[0-9;]*m//g' "$logs/$name.log")
+  { grep -E '^not passed: ' <<<"$plain"; grep -E '^ *(FAIL |(Assertion)?Error: )' <<<"$plain" | awk '!seen[$0]++' | head -30; } || true
+done
+
+echo
+echo "test phases (${SECONDS} s in all):"
+printf '%s\n' "${summary[@]}"
+exit "$failed"
