@@ -160,7 +160,7 @@ const { port } = app.fastify.server.address() as { port: number };
 app.localMiners.start(`http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    // Local miners stay: restarted within a minute, this coordinator takes them over with their
+    // Local miners stay: restarted within three minutes, this coordinator takes them over with their
     // weights and peers (local-miners.ts); otherwise they leave on their own.
     app.close({ keepLocalMiners: true }).then(() => process.exit(0), () => process.exit(1));
   });

@@ -119,8 +119,11 @@ if (count > 1) {
     log,
   });
   const startedAt = performance.now();
-  /** How long a local miner whose coordinator process is gone waits for a restarted one. */
-  const ORPHAN_GRACE_MS = 60_000;
+  /**
+   * How long a local miner whose coordinator process is gone waits for a restarted one: `npm start` builds the
+   * app again before the coordinator listens, which a loaded machine takes well over a minute to do.
+   */
+  const ORPHAN_GRACE_MS = 180_000;
   // A local miner (forked by a coordinator for an empty stage, with an IPC channel) outlives its
   // coordinator's process only to be taken over by a restarted one (server/src/local-miners.ts): once
   // the channel is gone, it leaves when no coordinator has answered for ORPHAN_GRACE_MS, so none is
