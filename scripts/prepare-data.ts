@@ -2,7 +2,7 @@
  * Prepares the training data (held-out split, BPE tokenizer, token shards)
  * under ./data. Cached: a second run with the same corpora does nothing.
  *   npm run prepare-data [-- --vocab 4096]                    the shipped corpora (State of the Union, Brown)
- *   npm run prepare-data -- --input PATH… --name NAME [--field text] [--vocab 4096 | --tokenizer tokenizer.json]
+ *   npm run prepare-data -- --input PATH… --name NAME [--field text] [--vocab 4096] [--tokenizer tokenizer.json]
  *                           [--held-out-bytes N] [--out DIR]   an operator's own: .txt, .jsonl, .parquet files,
  *                                                              folders or globs; serve it with `--data DIR/NAME-v1-bpe<V>`
  */
@@ -25,7 +25,8 @@ if (!values.input) {
   for (const vocabSize of vocabs) prepareData({ outDir: values.out ?? DATA_DIR, vocabSize, log: console.log });
 } else {
   try {
-    const vocabs = values.tokenizer ? [undefined] : (values.vocab ?? ['4096']).map(Number);
+    // With --tokenizer, --vocab (if given) cuts a Hugging Face tokenizer's merges to a preset's vocabulary.
+    const vocabs = values.tokenizer && !values.vocab ? [undefined] : (values.vocab ?? ['4096']).map(Number);
     for (const vocabSize of vocabs) {
       const { dir } = await prepareCorpus({
         inputs: values.input,

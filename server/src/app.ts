@@ -13,6 +13,7 @@ import { DEFAULT_LOCAL_MINERS, LocalMiners, type LocalMinerOptions } from './loc
 import { RateLimited } from './rate-limited';
 import type { Database, DatabaseOptions } from './db/database';
 import { DashboardFeed } from './dashboard/feed';
+import { modelRoutes } from './routes/model';
 import { checkpointRoutes } from './routes/checkpoints';
 import { dashboardRoutes } from './routes/dashboard';
 import { incentiveRoutes } from './routes/incentives';
@@ -217,6 +218,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const localMiners = new LocalMiners(coordinator, { ...DEFAULT_LOCAL_MINERS, ...options.localMiners });
   await fastify.register(statusRoutes, { coordinator, localMiners });
   await fastify.register(checkpointRoutes, { coordinator });
+  await fastify.register(modelRoutes, { coordinator, dataRoot: options.dataRoot });
   await fastify.register(incentiveRoutes, { coordinator });
   await fastify.register(probeRoutes, { spotChecks: validator.spotChecks });
   await fastify.register(auditRoutes, { audits: validator.audits, coordinator });

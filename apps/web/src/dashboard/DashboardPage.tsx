@@ -71,6 +71,13 @@ export function DashboardPage() {
             {state.samples.slice(1, 4).map((s) => (
               <Sample key={s.id} sample={s} />
             ))}
+            <p className="hint">
+              <a href="/api/model" download data-testid="download-model">
+                Download the model
+              </a>{' '}
+              of the latest round every stage agreed on: a folder with <code>model.safetensors</code>, an ONNX graph, the tokenizer and a model card, which
+              onnxruntime and transformers.js load (<code>npm run export</code> writes the same).
+            </p>
           </>
         )}
       </section>

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { corpusDocuments } from '@train-at-home/testkit/corpus';
 import { afterAll, describe, expect, it } from 'vitest';
+import { huggingFaceTokenizer } from '../export/hf-tokenizer';
 import { Tokenizer, type TokenizerJSON } from '../tokenizer/bpe';
 import { InputError } from './inputs';
 import { prepareCorpus } from './prepare';
@@ -71,6 +72,17 @@ describe('prepare-data --input', () => {
     expect(globbed.dir).toBe(join(root, 'g', 'globbed-v1-bpe300'));
     expect(globbed.manifest.tokenizer.sha256).toBe(m.tokenizer.sha256);
     expect(globbed.manifest.train.map((s) => s.sha256)).toEqual(m.train.map((s) => s.sha256));
+    // A Hugging Face tokenizer.json of a byte-level BPE (here the one an export writes of this run's): the same
+    // tokenizer, so the same shards; cut to a smaller vocabulary, its first merges.
+    const hfFile = join(root, 'hf-tokenizer.json');
+    writeFileSync(hfFile, JSON.stringify(huggingFaceTokenizer(tokenizer.json)));
+    const fromHf = await prepareCorpus({ inputs: [inputs.txt], name: 'hf', tokenizer: hfFile, outDir: join(root, 'h') });
+    expect(fromHf.manifest.tokenizer.sha256).toBe(m.tokenizer.sha256);
+    expect(fromHf.manifest.train.map((s) => s.sha256)).toEqual(m.train.map((s) => s.sha256));
+    const cut = await prepareCorpus({ inputs: [inputs.txt], name: 'hf', tokenizer: hfFile, vocabSize: 280, outDir: join(root, 'h') });
+    expect(cut.dir).toBe(join(root, 'h', 'hf-v1-bpe280'));
+    const cutJson = JSON.parse(readFileSync(join(cut.dir, 'tokenizer.json'), 'utf8')) as TokenizerJSON;
+    expect(cutJson.merges).toEqual(tokenizer.json.merges.slice(0, 280 - 257));
   });
 
   it('refuses each bad input by name and writes nothing', async () => {
@@ -85,6 +97,8 @@ describe('prepare-data --input', () => {
     writeFileSync(join(bad, 'other.parquet'), new Uint8Array(parquetWriteBuffer({ columnData: [{ name: 'title', data: ['a', 'b'], type: 'STRING' }] })));
     writeFileSync(join(bad, 'blank.parquet'), new Uint8Array(parquetWriteBuffer({ columnData: [{ name: 'body', data: [docs[0]!, ''], type: 'STRING' }] })));
     writeFileSync(join(bad, 'tokenizer.json'), JSON.stringify({ format: 'something-else' }));
+    writeFileSync(join(bad, 'wordpiece.json'), JSON.stringify({ model: { type: 'WordPiece', vocab: {} }, pre_tokenizer: { type: 'BertPreTokenizer' } }));
+    writeFileSync(join(bad, 'unbuilt.json'), JSON.stringify({ model: { type: 'BPE', merges: ['ab c'] }, pre_tokenizer: { type: 'ByteLevel' } }));
     writeFileSync(join(bad, 'one.txt'), docs[0]!);
     const cases: Array<[string, Parameters<typeof prepareCorpus>[0]['inputs'], Partial<Parameters<typeof prepareCorpus>[0]>]> = [
       ['UNREADABLE', [join(bad, 'missing.txt')], {}],
@@ -98,6 +112,8 @@ describe('prepare-data --input', () => {
       ['NO_COLUMN', [join(bad, 'other.parquet')], { field: 'body' }],
       ['EMPTY_FIELD', [join(bad, 'blank.parquet')], { field: 'body' }],
       ['BAD_TOKENIZER', [inputs.txt], { tokenizer: join(bad, 'tokenizer.json') }],
+      ['BAD_TOKENIZER', [inputs.txt], { tokenizer: join(bad, 'wordpiece.json') }],
+      ['BAD_TOKENIZER', [inputs.txt], { tokenizer: join(bad, 'unbuilt.json') }],
       ['TOO_SMALL', [join(bad, 'one.txt')], {}],
       ['TOO_SMALL', [inputs.txt], { heldOutBytes: 1e9 }],
       ['BAD_NAME', [inputs.txt], { name: '../up' }],

@@ -4,6 +4,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from 'node:path';
 import { Tokenizer, type TokenizerJSON } from '../tokenizer/bpe';
 import { trainBpe } from '../tokenizer/train';
+import { fromHuggingFaceTokenizer } from '../export/hf-tokenizer';
 import { CORPUS_NAME, PREPARATION_VERSION, datasetName, type DataManifest, type ShardInfo } from '../data/manifest';
 
 export { PREPARATION_VERSION, datasetName };
@@ -63,7 +64,10 @@ export interface CorpusOptions {
   outDir: string;
   /** The vocabulary of the tokenizer trained on the training split; unused with `tokenizer`. */
   vocabSize?: number;
-  /** A tokenizer.json (this project's byte-level BPE, as prepare-data writes it) to use instead of training one. */
+  /**
+   * A tokenizer to use instead of training one: this project's (as prepare-data writes it) or a Hugging Face
+   * tokenizer.json of a byte-level BPE (GPT-2's kind), its merges cut to `vocabSize` when that is given.
+   */
   tokenizer?: string;
   /** At least this many bytes of the last documents (in the inputs' order) are held out; default a tenth of the corpus. */
   heldOutBytes?: number;
@@ -86,7 +90,9 @@ export async function prepareCorpus(options: CorpusOptions): Promise<PrepareResu
   let tokenizer: TokenizerJSON | undefined;
   if (options.tokenizer) {
     try {
-      tokenizer = JSON.parse(readFileSync(options.tokenizer, 'utf8')) as TokenizerJSON;
+      const file = JSON.parse(readFileSync(options.tokenizer, 'utf8')) as TokenizerJSON | { model?: unknown };
+      // This project's own format, or a Hugging Face byte-level BPE (cut to `vocabSize` merges when one is given).
+      tokenizer = 'model' in file ? fromHuggingFaceTokenizer(file, options.vocabSize) : (file as TokenizerJSON);
       new Tokenizer(tokenizer);
     } catch (e) {
       throw new InputError('BAD_TOKENIZER', `${options.tokenizer}: ${(e as Error).message}`);
