@@ -107,6 +107,40 @@ describe('Train at Home in Chromium tabs', () => {
     expect(await app.db.query('SELECT miner_id, kind, reason FROM flags')).toEqual([]);
   }, LOST_RUN_MS + 8 * 60_000);
 
+  it('the Try it page continues a prompt with the run\'s latest agreed checkpoints, in the tab; the Dashboard links to it and its Download gives the model', async () => {
+    const page = await browsers[0]!.context.newPage();
+    try {
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.goto(`${url}/dashboard`);
+      await page.getByTestId('try-link').click();
+      await expect.poll(async () => (await page.getByTestId('try-note').count()) > 0, { timeout: 60_000, interval: 500 }).toBe(true);
+      const note = (await page.getByTestId('try-note').textContent()) ?? '';
+      console.log(`e2e: Try it: ${note}`);
+      expect(note).toMatch(/^Weights of merge rounds? [0-9]/);
+      expect(note).toContain('tiny');
+      await page.getByTestId('try-prompt').fill('The president said that');
+      await page.getByTestId('try-tokens').fill('24');
+      await page.getByTestId('try-generate').click();
+      await expect.poll(async () => (await page.getByTestId('try-generate').textContent()) === 'Continue' && ((await page.getByTestId('try-rate').textContent()) ?? '').includes('tokens/s'), { timeout: 60_000, interval: 500 }).toBe(true);
+      const written = ((await page.getByTestId('try-output').textContent()) ?? '').slice('The president said that'.length);
+      const rate = (await page.getByTestId('try-rate').textContent()) ?? '';
+      console.log(`e2e: Try it wrote ${JSON.stringify(written)} (${rate})`);
+      expect(written.length).toBeGreaterThan(0);
+      expect(rate).toMatch(/^(2[0-4]|1?[0-9]) tokens, [0-9.]+ tokens\/s/);
+      await screenshot(page, 'try-it.png');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await expect.poll(() => page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
+      await screenshot(page, 'try-it-phone.png');
+      // The Dashboard's Download link: the model folder as one zip, from the page's own origin.
+      const zip = await page.request.get(`${url}/api/model`);
+      expect(zip.status()).toBe(200);
+      expect(zip.headers()['content-type']).toBe('application/zip');
+      expect((await zip.body()).subarray(0, 2).toString()).toBe('PK');
+    } finally {
+      await page.close();
+    }
+  });
+
   it('a paused tab leaves the run and says so; resumed, it joins again and trains', async () => {
     const tab = tabs[0]!;
     await tab.getByTestId('pause').click();

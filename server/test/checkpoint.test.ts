@@ -1,16 +1,20 @@
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import * as tf from '@tensorflow/tfjs';
-import { unzipSync } from 'fflate';
+import { AutoModelForCausalLM, AutoTokenizer, env } from '@huggingface/transformers';
 import { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
-import { PRESETS, Stage, contentHash, exportStageWeightsSync, importStageWeights, stageSpecs } from '@train-at-home/model';
+import { PRESETS, Stage, contentHash, datasetName, exportStageWeightsSync, importStageWeights, stageSpecs } from '@train-at-home/model';
+import { DATA_DIR, loadDataset } from '@train-at-home/model/node';
 import { generateIdentity, type Identity } from '@train-at-home/protocol';
 import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../src/app';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
 
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const layout = { stages: 3, bottleneck: 32, int8: true };
 let app: App;
 let url: string;
@@ -95,25 +99,44 @@ describe('checkpoints, late joiners and the held-out validator', () => {
       expect(res.statusCode).toBe(200);
       return String(res.headers['x-content-hash']);
     };
-    // The model out: GET /api/model (the Dashboard's Download, `npm run export`) assembles every stage's agreed
-    // weights of one round; the folder runs in onnxruntime and gives the logits of the stage chain from the same
-    // checkpoints (fp32 between stages: the graph leaves the wire codec out, and says so).
+    // The model out: GET /api/model (the Dashboard's Download; `npm run export` writes it to a folder) assembles
+    // every stage's agreed weights of one round. The folder runs in onnxruntime and in transformers.js (remote
+    // models off) and gives the logits and greedy continuation of the stage chain from the same checkpoints (fp32
+    // between stages: the graph leaves the wire codec out, and says so); its tokenizer.json reads the held-out
+    // text to the held-out shard's ids.
     expect((await app.fastify.inject({ method: 'GET', url: '/api/model?round=x' })).json().error).toBe('BAD_REQUEST');
     expect((await app.fastify.inject({ method: 'GET', url: '/api/model?stage=1' })).json().error).toBe('BAD_REQUEST');
     const missing = await app.fastify.inject({ method: 'GET', url: '/api/model?round=99999' });
     expect([missing.statusCode, missing.json().error]).toEqual([404, 'NO_SUCH_ROUND']);
-    const res = await app.fastify.inject({ method: 'GET', url: '/api/model' });
-    expect(res.statusCode).toBe(200);
-    const round = Number(res.headers['x-round']);
-    expect(String(res.headers['content-disposition'])).toContain(`ckpt-round-${round}.zip`);
-    const files = unzipSync(new Uint8Array(res.rawPayload));
+    const [{ round }] = await app.db.query<{ round: number }>(
+      `SELECT max(e.epoch)::int AS round FROM (SELECT c.epoch FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash
+       WHERE c.run_id = $1 GROUP BY c.epoch HAVING count(DISTINCT c.stage) = 3) e`,
+      [app.coordinator.runId],
+    ) as [{ round: number }];
+    expect(round).toBeGreaterThan(0);
     const folder = mkdtempSync(join(tmpdir(), 'tah-model-'));
+    // The command runs beside this process, which serves the coordinator it asks.
+    const exportTo = (out: string): Promise<{ status: number | null; output: string }> =>
+      new Promise((resolve) => {
+        const child = spawn('npx', ['tsx', 'scripts/export.ts', '--coordinator', url, '--round', String(round), '--out', out], { cwd: ROOT });
+        let output = '';
+        child.stdout.on('data', (c) => (output += c));
+        child.stderr.on('data', (c) => (output += c));
+        child.on('close', (status) => resolve({ status, output }));
+      });
     try {
-      for (const [path, data] of Object.entries(files)) {
-        mkdirSync(dirname(join(folder, path)), { recursive: true });
-        writeFileSync(join(folder, path), data);
-      }
-      const root = join(folder, `ckpt-round-${round}`);
+      // A stage's stored weights that do not hash to the round's agreed ones are refused by name, and nothing is written.
+      const [kept] = await app.db.query<{ data: Uint8Array }>('SELECT data FROM checkpoints WHERE run_id = $1 AND stage = 1 AND epoch = $2', [app.coordinator.runId, round]);
+      await app.db.query('UPDATE checkpoints SET data = $3 WHERE run_id = $1 AND stage = 1 AND epoch = $2', [app.coordinator.runId, round, exportStageWeightsSync(new Stage(stageSpecs(PRESETS.tiny, layout)[1]!, 9))]);
+      const refused = await exportTo(join(folder, 'refused'));
+      expect(refused.status, refused.output).toBe(1);
+      expect(refused.output).toContain('BAD_CHECKPOINT');
+      expect(existsSync(join(folder, 'refused'))).toBe(false);
+      await app.db.query('UPDATE checkpoints SET data = $3 WHERE run_id = $1 AND stage = 1 AND epoch = $2', [app.coordinator.runId, round, kept!.data]);
+
+      const written = await exportTo(join(folder, 'model'));
+      expect(written.status, written.output).toBe(0);
+      const root = join(folder, 'model');
       const config = JSON.parse(readFileSync(join(root, 'config.json'), 'utf8'));
       expect(config).toMatchObject({ model_type: 'gpt2', n_layer: PRESETS.tiny.nLayer, vocab_size: PRESETS.tiny.vocabSize, train_at_home: { run: 'ckpt', round } });
       const card = readFileSync(join(root, 'README.md'), 'utf8');
@@ -125,16 +148,25 @@ describe('checkpoints, late joiners and the held-out validator', () => {
         [app.coordinator.runId, round],
       );
       expect(config.train_at_home.stages.map((s: { hash: string }) => s.hash)).toEqual(agreed.map((a) => a.merged_hash));
-      const specs = stageSpecs(PRESETS.tiny, layout);
-      const stages = specs.map((spec) => new Stage(spec, 1));
+      const stages = stageSpecs(PRESETS.tiny, layout).map((spec) => new Stage(spec, 1));
       stages.forEach((stage, i) => importStageWeights(stage, new Uint8Array(agreed[i]!.data)));
-      const ids = [5, 77, 120, 31, 9, 250, 64, 3];
-      const ours = tf.tidy(() => {
-        let x: tf.Tensor = tf.tensor2d(ids, [1, ids.length], 'int32');
-        for (const stage of stages.slice(0, -1)) x = stage.forward({ batch: 1, time: ids.length, x });
-        return stages.at(-1)!.logits({ batch: 1, time: ids.length, x }).dataSync() as Float32Array;
-      });
-      stages.forEach((s) => s.dispose());
+      const chain = (ids: number[]): Float32Array =>
+        tf.tidy(() => {
+          let x: tf.Tensor = tf.tensor2d(ids, [1, ids.length], 'int32');
+          for (const stage of stages.slice(0, -1)) x = stage.forward({ batch: 1, time: ids.length, x });
+          return stages.at(-1)!.logits({ batch: 1, time: ids.length, x }).dataSync() as Float32Array;
+        });
+      const relative = (a: ArrayLike<number>, b: ArrayLike<number>): number => {
+        let diff = 0;
+        let scale = 0;
+        for (let i = 0; i < b.length; i++) (diff = Math.max(diff, Math.abs(a[i]! - b[i]!))), (scale = Math.max(scale, Math.abs(b[i]!)));
+        return diff / scale;
+      };
+      const V = PRESETS.tiny.vocabSize;
+      const dataset = loadDataset(join(DATA_DIR, datasetName(V)));
+      const prompt = 'The Congress of the United States';
+      const ids = dataset.tokenizer.encode(prompt);
+
       const session = await InferenceSession.create(join(root, 'onnx', 'model.onnx'));
       const hd = PRESETS.tiny.dModel / PRESETS.tiny.nHead;
       const feeds: Record<string, OrtTensor> = {
@@ -143,13 +175,36 @@ describe('checkpoints, late joiners and the held-out validator', () => {
         position_ids: new OrtTensor('int64', BigInt64Array.from(ids.map((_, i) => BigInt(i))), [1, ids.length]),
       };
       for (let l = 0; l < PRESETS.tiny.nLayer; l++) for (const kind of ['key', 'value']) feeds[`past_key_values.${l}.${kind}`] = new OrtTensor('float32', new Float32Array(0), [1, PRESETS.tiny.nHead, 0, hd]);
-      const theirs = (await session.run(feeds)).logits!.data as Float32Array;
+      const ort = relative((await session.run(feeds)).logits!.data as Float32Array, chain(ids));
       await session.release();
-      let diff = 0;
-      let scale = 0;
-      for (let i = 0; i < ours.length; i++) (diff = Math.max(diff, Math.abs(theirs[i]! - ours[i]!))), (scale = Math.max(scale, Math.abs(ours[i]!)));
-      console.log(`checkpoint: round ${round} exported (${(res.rawPayload.length / 1e6).toFixed(1)} MB zip); onnxruntime against the stage chain: relative error ${(diff / scale).toExponential(2)}`);
-      expect(diff / scale).toBeLessThan(1e-4);
+      expect(ort).toBeLessThan(1e-4);
+
+      env.allowRemoteModels = false;
+      env.localModelPath = folder;
+      const tokenizer = await AutoTokenizer.from_pretrained('model');
+      // The held-out split, document by document, read to exactly the shard's ids.
+      const held = [...dataset.heldOut];
+      for (let at = 0; at < held.length; ) {
+        const end = held.indexOf(dataset.tokenizer.eotId, at);
+        expect(tokenizer.encode(dataset.tokenizer.decode(held.slice(at, end)), { add_special_tokens: false })).toEqual(held.slice(at, end));
+        at = end + 1;
+      }
+      const model = await AutoModelForCausalLM.from_pretrained('model', { dtype: 'fp32', local_files_only: true });
+      const theirs = (await model(tokenizer(prompt))) as { logits: { data: Float32Array } };
+      const tjs = relative(theirs.logits.data, chain(ids));
+      expect(tjs).toBeLessThan(1e-4);
+      const greedy = [...ids];
+      for (let n = 0; n < 16; n++) {
+        const logits = chain(greedy);
+        let best = 0;
+        for (let v = 1; v < V; v++) if (logits[(greedy.length - 1) * V + v]! > logits[(greedy.length - 1) * V + best]!) best = v;
+        greedy.push(best);
+      }
+      const generated = (await model.generate({ ...tokenizer(prompt), max_new_tokens: 16, do_sample: false, eos_token_id: -1 })) as unknown as { tolist(): bigint[][] };
+      expect(generated.tolist()[0]!.map(Number)).toEqual(greedy);
+      await model.dispose();
+      stages.forEach((s) => s.dispose());
+      console.log(`checkpoint: round ${round} exported; against the stage chain, relative error onnxruntime ${ort.toExponential(2)}, transformers.js ${tjs.toExponential(2)}; greedy: ${JSON.stringify(dataset.tokenizer.decode(greedy.slice(ids.length)))}`);
     } finally {
       rmSync(folder, { recursive: true, force: true });
     }

@@ -7,9 +7,11 @@ import { TabProvider, useTabContext } from './tab/TabContext';
 // the chart and the live feed only when the Dashboard is.
 const RewardsPage = lazy(() => import('./rewards/RewardsPage').then((m) => ({ default: m.RewardsPage })));
 const DashboardPage = lazy(() => import('./dashboard/DashboardPage').then((m) => ({ default: m.DashboardPage })));
+// The model in the tab (a worker of its own) only when Try it is opened.
+const TryPage = lazy(() => import('./try/TryPage').then((m) => ({ default: m.TryPage })));
 
 /** The pages' addresses: each can be bookmarked; the coordinator serves index.html for all of them. */
-export const PATHS = { train: '/', rewards: '/rewards', dashboard: '/dashboard' } as const;
+export const PATHS = { train: '/', rewards: '/rewards', dashboard: '/dashboard', try: '/try' } as const;
 
 function Nav() {
   const tab = useTabContext();
@@ -31,6 +33,9 @@ function Nav() {
       </NavLink>
       <NavLink to={PATHS.dashboard} data-testid="nav-dashboard">
         Dashboard
+      </NavLink>
+      <NavLink to={PATHS.try} data-testid="nav-try">
+        Try it
       </NavLink>
     </nav>
   );
@@ -67,6 +72,7 @@ export function App() {
             <Route path={PATHS.train} element={<TrainPage />} />
             <Route path={PATHS.rewards} element={<RewardsPage />} />
             <Route path={PATHS.dashboard} element={<DashboardPage />} />
+            <Route path={PATHS.try} element={<TryPage />} />
             <Route path="*" element={<NotFound />} />
           </Route>
         </Routes>

@@ -17,3 +17,4 @@ export * from './data/manifest';
 export * from './data/sampler';
 export * from './data/shards';
 export * from './stage-weights';
+export * from './generate';

@@ -4,7 +4,7 @@ import { ModelExportError, exportModel, exportableRounds, zipModel } from '../mo
 import { BadRequest, answerBadRequests, integer, type Query } from './query';
 
 const INT4_MAX = 2 ** 31 - 1;
-const STATUS: Record<ModelExportError['code'], number> = { NO_SUCH_ROUND: 404, NO_COMMON_ROUND: 404, BAD_CHECKPOINT: 500, NO_TOKENIZER: 503 };
+const STATUS: Record<ModelExportError['code'], number> = { NO_SUCH_ROUND: 404, NO_COMMON_ROUND: 404, BAD_CHECKPOINT: 409, NO_TOKENIZER: 503 };
 
 /**
  * GET /api/model?round=N: the model folder of a merge round (model-export.ts) as one zip, `<run>-round-<N>/…`;

@@ -7,6 +7,8 @@ import {
   bigramBaseline,
   boundaryCodec,
   contentHash,
+  continueTokens,
+  seededRandom,
   decodeBoundary,
   encodeBoundary,
   evaluationBatches,
@@ -148,36 +150,16 @@ export class ValidatorCompute {
     }
   }
 
-  /** A short continuation of `prompt` by the assembled model (greedy at temperature 0, else sampled with `seed`). */
+  /** A short continuation of `prompt` by the assembled model (greedy at temperature 0, else sampled with `seed`), through the run's codec at each boundary. */
   async generate(blobs: Uint8Array[], prompt: string, maxTokens: number, temperature = 0.8, seed = 1): Promise<{ text: string; tokens: number }> {
     const { tokenizer } = this.ready();
-    const T = PRESETS[this.run.preset].contextLength;
     const model = this.assemble(blobs);
-    let state = seed >>> 0 || 1;
-    const random = (): number => ((state = (Math.imul(state ^ (state >>> 15), 1 | state) + 0x6d2b79f5) >>> 0) / 2 ** 32);
     try {
-      const ids = tokenizer.encode(prompt);
-      const start = ids.length;
-      for (let n = 0; n < maxTokens; n++) {
-        const window = ids.slice(-T);
-        // Stage by stage, each boundary read back (awaited) for the wire's int8 round trip.
-        let x: tf.Tensor = tf.tensor2d(window, [1, window.length], 'int32');
-        for (const stage of model.stages.slice(0, -1)) {
-          const out = stage.forward({ batch: 1, time: window.length, x });
-          x.dispose();
-          x = await this.roundTrip(out as tf.Tensor2D);
-        }
-        const logits = tf.tidy(() => {
-          const all = model.stages[model.stages.length - 1]!.logits({ batch: 1, time: window.length, x });
-          return tf.slice(all, [window.length - 1, 0], [1, -1]).reshape([-1]);
-        });
-        x.dispose();
-        const values = (await logits.data()) as Float32Array;
-        logits.dispose();
-        ids.push(pick(values, temperature, random));
-        if (ids[ids.length - 1] === tokenizer.eotId) break;
-      }
-      return { text: tokenizer.decode(ids.slice(start)), tokens: ids.length - start };
+      const out: number[] = [];
+      const sampling = { temperature, random: seededRandom(seed) };
+      const options = { maxTokens, contextLength: PRESETS[this.run.preset].contextLength, eotId: tokenizer.eotId, sampling, codec: this.precision };
+      for await (const id of continueTokens(model.stages, tokenizer.encode(prompt), options)) out.push(id);
+      return { text: tokenizer.decode(out), tokens: out.length };
     } finally {
       model.dispose();
     }
@@ -337,22 +319,5 @@ export class ValidatorCompute {
   private decode(frame: Uint8Array, rows: number): Float32Array {
     return decodeBoundary(frame, { rows, precision: this.precision }).data;
   }
-
-  /** The int8 round trip a boundary tensor takes on the wire (what a miner's next stage receives). */
-  private async roundTrip(t: tf.Tensor2D): Promise<tf.Tensor2D> {
-    const [rows, cols] = t.shape;
-    const bytes = encodeBoundary({ rows, cols, data: (await t.data()) as Float32Array }, this.precision);
-    const out = tf.tensor2d(this.decode(bytes, rows), [rows, cols]);
-    t.dispose();
-    return out;
-  }
 }
 
-function pick(logits: Float32Array, temperature: number, random: () => number): number {
-  if (temperature <= 0) return logits.indexOf(Math.max(...logits));
-  const max = Math.max(...logits);
-  const weights = Array.from(logits, (l) => Math.exp((l - max) / temperature));
-  let r = random() * weights.reduce((a, b) => a + b, 0);
-  for (let i = 0; i < weights.length; i++) if ((r -= weights[i]!) <= 0) return i;
-  return weights.length - 1;
-}

@@ -1,4 +1,5 @@
 import type { DashboardSample } from '@train-at-home/protocol';
+import { Link } from 'react-router';
 import { useTabContext } from '../tab/TabContext';
 import { IncentivesPanel } from './IncentivesPanel';
 import { LossChart } from './LossChart';
@@ -72,10 +73,14 @@ export function DashboardPage() {
               <Sample key={s.id} sample={s} />
             ))}
             <p className="hint">
+              <Link to="/try" data-testid="try-link">
+                Try the model
+              </Link>{' '}
+              with a prompt of your own, in this tab, or{' '}
               <a href="/api/model" download data-testid="download-model">
-                Download the model
+                download it
               </a>{' '}
-              of the latest round every stage agreed on: a folder with <code>model.safetensors</code>, an ONNX graph, the tokenizer and a model card, which
+              from the latest round every stage agreed on: a folder with <code>model.safetensors</code>, an ONNX graph, the tokenizer and a model card, which
               onnxruntime and transformers.js load (<code>npm run export</code> writes the same).
             </p>
           </>
