@@ -28,10 +28,13 @@ export interface ExportSource {
   coordinator?: string;
 }
 
+/** Checkpoints that are their round's agreed weights (what its majority of replicas ended with: phases.ts), as `c` and `e`. */
+const AGREED = 'FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash';
+
 /** The rounds for which every stage holds its agreed weights (only the last few are kept: checkpoints.ts). */
 export async function exportableRounds(src: ExportSource): Promise<number[]> {
   const rows = await src.db.query<{ epoch: number }>(
-    `SELECT c.epoch FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash
+    `SELECT c.epoch ${AGREED}
      WHERE c.run_id = $1 AND c.data IS NOT NULL GROUP BY c.epoch HAVING count(DISTINCT c.stage) = $2 ORDER BY c.epoch DESC`,
     [src.runId, src.run.stages],
   );
@@ -48,7 +51,7 @@ export async function exportModel(src: ExportSource, round?: number): Promise<{ 
   const at = round ?? rounds[0];
   if (at === undefined) {
     const held = await src.db.query<{ stage: number; rounds: number[] }>(
-      `SELECT c.stage, array_agg(c.epoch ORDER BY c.epoch) AS rounds FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash
+      `SELECT c.stage, array_agg(c.epoch ORDER BY c.epoch) AS rounds ${AGREED}
        WHERE c.run_id = $1 AND c.data IS NOT NULL GROUP BY c.stage ORDER BY c.stage`,
       [src.runId],
     );
@@ -60,7 +63,7 @@ export async function exportModel(src: ExportSource, round?: number): Promise<{ 
   }
   const specs = stageSpecs(PRESETS[src.run.preset], src.run);
   const rows = await src.db.query<{ stage: number; data: Uint8Array; merged_hash: string }>(
-    `SELECT c.stage, c.data, e.merged_hash FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash
+    `SELECT c.stage, c.data, e.merged_hash ${AGREED}
      WHERE c.run_id = $1 AND c.epoch = $2 ORDER BY c.stage`,
     [src.runId, at],
   );
