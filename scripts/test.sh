@@ -29,10 +29,28 @@ phase() {
   fi
 }
 
-phase setup bash scripts/test-deps.sh
+# Debian's packages (minutes of downloads and dpkg on a fresh machine) install beside the typecheck, the build and
+# the data, which need none of them; no test starts before they are in (an install beside tests under way once
+# outlasted their set-up).
+echo
+echo "=== test phase: setup (bash scripts/test-deps.sh, beside typecheck, build and data)"
+setupStart=$SECONDS
+bash scripts/test-deps.sh >"$logs/setup.log" 2>&1 &
+setupPid=$!
 phase typecheck npm run --silent typecheck
 phase build npm run --silent build
 phase data npm run --silent prepare-data
+setupStatus=0
+wait "$setupPid" || setupStatus=$?
+echo
+echo "=== test phase: setup (done)"
+cat "$logs/setup.log"
+if [ "$setupStatus" -eq 0 ]; then summary=("$(printf '  %-10s %5d s  passed (beside the next three)' setup $((SECONDS - setupStart)))" "${summary[@]}")
+else
+  summary=("$(printf '  %-10s %5d s  FAILED (exit %d)' setup $((SECONDS - setupStart)) "$setupStatus")" "${summary[@]}")
+  failed=1
+  failedPhases+=(setup)
+fi
 phase embedded bash scripts/vitest-run.sh --exclude server/test/scale-out.test.ts
 phase postgres bash scripts/test-postgres.sh
 phase browsers bash scripts/test-e2e.sh
