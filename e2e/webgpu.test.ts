@@ -17,7 +17,10 @@ const browsers: Array<Awaited<ReturnType<typeof launchBrowser>>> = [];
 beforeAll(async () => {
   // Small microbatches: SwiftShader runs WebGPU on the CPU, far slower than WASM.
   // A merge every 3 microbatches, each round audited: the validator (WASM) replays the WebGPU and WebGL tabs' rounds within their backends' measured spread.
-  ({ app, url } = await startCoordinator({ name: 'e2e-webgpu', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4, peakLr: 0.006, warmupSteps: 5, totalSteps: 200 }, merge: { every: 3 }, incentives: { auditRate: 1 } }));
+  // The ready window is SwiftShader's: a tab answers `merge` once its microbatch under way is done and its weights and
+  // optimizer state are read back and hashed, seconds each on a software GPU. In the default 5 s it answered some
+  // rounds late and sat them out (merged, so committed and drawn, in none of 300 s in a CI run: no audit of it to wait for).
+  ({ app, url } = await startCoordinator({ name: 'e2e-webgpu', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4, peakLr: 0.006, warmupSteps: 5, totalSteps: 200 }, merge: { every: 3, readyMs: 20_000 }, incentives: { auditRate: 1 } }));
   // --enable-unsafe-webgpu: the only way to a WebGPU adapter here (SwiftShader, a software "fallback" adapter).
   // WebGPU exists only in secure contexts; the namespace's plain-http origin is declared one for this profile.
   browsers.push(await launchBrowser(['--enable-unsafe-webgpu', `--unsafely-treat-insecure-origin-as-secure=${url}`]), await launchBrowser());

@@ -8,7 +8,19 @@ let url: string;
 const miners: Miner[] = [];
 
 beforeAll(async () => {
-  ({ app, url } = await listeningCoordinator({ name: 'liar', preset: 'tiny', stages: 2, bottleneck: 32, training: { batchSize: 4 }, merge: { every: 3, precision: 'fp16', readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 } }));
+  // Audits drawn next to never (0 turns the draw off), new replicas included: the cases here are about merges, and the
+  // two that need a round audited commit that round to a draw at rate 1 themselves. At the default rates every round
+  // of the six new replicas was drawn until each was proven, and those cases first waited for the validator to work
+  // the backlog off (109 s of a 255 s file on this machine).
+  ({ app, url } = await listeningCoordinator({
+    name: 'liar',
+    preset: 'tiny',
+    stages: 2,
+    bottleneck: 32,
+    training: { batchSize: 4 },
+    merge: { every: 3, precision: 'fp16', readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
+    incentives: { auditRate: 1e-9, unprovenAuditRate: 1e-9 },
+  }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());
@@ -111,9 +123,9 @@ describe('a lying owner in a real merge', () => {
     const late = replicas[1]!;
     const lateId = late.registration!.minerId;
     // The validator first works off any backlog, drawing nothing meanwhile, so the round after the target is drawn at
-    // the full rate and its replay is not queued behind others. (Here: 109 s for the draws of new replicas, drawn at
-    // the full rate until proven. Run after the next case, which draws every round of stage 2, it waited 362 s, and
-    // its audit waited past 240 s in a loaded CI run.)
+    // the full rate and its replay is not queued behind others. (At this run's rates there is next to none: at the
+    // default ones the draws of new replicas took 109 s to work off; run after the next case, which drew every round
+    // of stage 2, it waited 362 s, and its audit waited past 240 s in a loaded CI run.)
     const { auditRate, unprovenAuditRate } = app.coordinator.run.incentives;
     app.coordinator.run.incentives.auditRate = 0;
     const backlog = async (): Promise<number> => (await app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM audits WHERE run_id = $1 AND status IN ('open', 'replaying')`, [app.coordinator.runId]))[0]!.n;
