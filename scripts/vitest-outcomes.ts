@@ -23,15 +23,31 @@ function largestChildRss(): number {
   return largest;
 }
 
-/** Every file's wall time, slowest first, as a block of lines (what a run's time went to). */
-function wallTimes(wallMs: ReadonlyMap<string, number>): string {
+/** The machine's CPU time so far, busy and in all, in clock ticks, from /proc/stat (Linux; elsewhere undefined). */
+function cpuTicks(): { busy: number; total: number } | undefined {
+  try {
+    const fields = /^cpu\s+(.*)$/m.exec(readFileSync('/proc/stat', 'utf8'))![1]!.trim().split(/\s+/).map(Number);
+    const total = fields.reduce((a, b) => a + b, 0);
+    // idle and iowait are the 4th and 5th fields.
+    return { busy: total - fields[3]! - (fields[4] ?? 0), total };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Every file's wall time, slowest first, as a block of lines (what a run's time went to), with how busy the whole
+ * machine's cores were meanwhile: a long file at a low figure waits on clocks, one near 100% computes.
+ */
+function wallTimes(wallMs: ReadonlyMap<string, number>, busy: ReadonlyMap<string, number>): string {
   if (wallMs.size === 0) return '';
   const rows = [...wallMs].sort((a, b) => b[1] - a[1]);
   const total = rows.reduce((sum, [, ms]) => sum + ms, 0);
   const width = Math.max(...rows.map(([id]) => relative(process.cwd(), id).length));
+  const cpu = (id: string): string => (busy.has(id) ? `  cpu ${String(Math.round(100 * busy.get(id)!)).padStart(3)}%` : '');
   return (
-    `\nwall time per file (${rows.length} files, ${(total / 1000).toFixed(1)} s added up):\n` +
-    rows.map(([id, ms]) => `  ${relative(process.cwd(), id).padEnd(width)}  ${(ms / 1000).toFixed(1).padStart(7)} s`).join('\n') +
+    `\nwall time per file (${rows.length} files, ${(total / 1000).toFixed(1)} s added up; cpu: the machine's cores busy meanwhile):\n` +
+    rows.map(([id, ms]) => `  ${relative(process.cwd(), id).padEnd(width)}  ${(ms / 1000).toFixed(1).padStart(7)} s${cpu(id)}`).join('\n') +
     '\n'
   );
 }
@@ -50,6 +66,9 @@ const WORKER_EXITED = 'Worker exited unexpectedly';
  */
 export default class OutcomesReporter implements Reporter {
   private readonly started = new Map<string, number>();
+  /** The machine's CPU ticks when each file started, and the share of them busy while it ran. */
+  private readonly ticksAtStart = new Map<string, { busy: number; total: number }>();
+  private readonly busy = new Map<string, number>();
   /** Each file's wall time (ms), from its start to its end as this process saw them. */
   private readonly wallMs = new Map<string, number>();
   /** Largest worker RSS seen while each file ran (files run one at a time: fileParallelism false). */
@@ -65,10 +84,12 @@ export default class OutcomesReporter implements Reporter {
   /** Called as a file's worker begins to import it: its wall time counts its imports too. */
   onTestModuleQueued(module: TestModule): void {
     this.started.set(module.moduleId, Date.now());
+    const ticks = cpuTicks();
+    if (ticks) this.ticksAtStart.set(module.moduleId, ticks);
   }
 
   onTestModuleStart(module: TestModule): void {
-    if (!this.started.has(module.moduleId)) this.started.set(module.moduleId, Date.now());
+    if (!this.started.has(module.moduleId)) this.onTestModuleQueued(module);
     this.running = module.moduleId;
   }
 
@@ -76,6 +97,8 @@ export default class OutcomesReporter implements Reporter {
     this.sample();
     const since = this.started.get(module.moduleId);
     if (since !== undefined) this.wallMs.set(module.moduleId, Date.now() - since);
+    const [from, to] = [this.ticksAtStart.get(module.moduleId), cpuTicks()];
+    if (from && to && to.total > from.total) this.busy.set(module.moduleId, (to.busy - from.busy) / (to.total - from.total));
     if (this.running === module.moduleId) this.running = undefined;
   }
 
@@ -109,7 +132,7 @@ export default class OutcomesReporter implements Reporter {
           (errors.length > 0 ? `; errors: ${errors.join(' | ')}` : ''),
       );
     }
-    process.stdout.write(wallTimes(this.wallMs));
+    process.stdout.write(wallTimes(this.wallMs, this.busy));
     if (lines.length > 0) process.stdout.write(`\n${lines.join('\n')}\n`);
     // Only a run whose every unpassed file was cut short by a worker that exited, and whose every unhandled error is
     // that exit, names them for scripts/vitest-run.sh: a failed test, or any other error, is never run again.

@@ -15,7 +15,8 @@ import { throttledLink, type ThrottledLink } from '@train-at-home/testkit/thrott
  * No spot checks: the audits alone watch.
  */
 const TIMEOUT_MS = 1_000;
-const GRACE_MS = 60_000;
+/** The hard bound past the deadline: over three times what the slow record's upload takes at its throttle. */
+const GRACE_MS = 30_000;
 const SLOW_BYTES_PER_SEC = 400_000;
 /** A run whose audits have not come to this in so long has stopped, not slowed. */
 const LOST_MS = 420_000;
