@@ -78,7 +78,8 @@ describe('a tab on WebGPU', () => {
     await screenshot(gpuTab, 'webgpu-tab.png');
 
     // Audited: each tab's whole rounds, replayed on WASM by the validator within its backend's measured spread
-    // (REPLAY_TOLERANCE, from bench:backend-spread), pass; none fails, none goes unanswered or is skipped for its backend.
+    // (REPLAY_TOLERANCE, from bench:backend-spread), pass; none fails, none goes unanswered, none is skipped (for its
+    // backend or any other reason): every one decided by now passed.
     const byBackend = async (): Promise<Record<string, string[]>> => {
       const rows = await app.db.query<{ backend: string; status: string; reason: string | null }>('SELECT m.backend, a.status, a.reason FROM audits a JOIN miners m ON m.id = a.miner_id ORDER BY a.created_at');
       const out: Record<string, string[]> = {};
@@ -101,7 +102,7 @@ describe('a tab on WebGPU', () => {
     const failed = await app.db.query<{ detail: unknown }>(`SELECT detail FROM audits WHERE status = 'failed'`);
     for (const f of failed) console.log(`e2e: failed audit ${JSON.stringify(f.detail).slice(0, 600)}`);
     const audits = Object.values(await byBackend()).flat();
-    expect(audits.filter((a) => /^(failed|unanswered)|BACKEND/.test(a))).toEqual([]);
+    expect(audits.filter((a) => !/^(passed|open|replaying)$/.test(a))).toEqual([]);
     expect(await app.db.query(`SELECT miner_id, kind, reason FROM flags`)).toEqual([]);
 
     // Drill: the GPU device is lost (as after a driver reset). The tab says so, falls back, and trains on.
@@ -142,7 +143,9 @@ describe('a tab on WebGPU', () => {
         throw e;
       });
     expect(await app.db.query('SELECT count(*)::int AS n FROM miner_restarts')).toEqual([{ n: 1 }]);
-    expect(Object.values(await byBackend()).flat().filter((a) => /^(failed|unanswered)/.test(a))).toEqual([]);
+    // Every audit decided passed, but one the restart forfeited: the gpu tab's audit still open when its device was
+    // lost cannot be answered by its new process (forfeited RESTARTED, never flagged); nothing skipped or failed.
+    expect(Object.values(await byBackend()).flat().filter((a) => !/^(passed|open|replaying|forfeited:RESTARTED)$/.test(a))).toEqual([]);
     expect(await app.db.query(`SELECT miner_id, kind, reason FROM flags`)).toEqual([]);
   });
 });
