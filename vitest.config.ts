@@ -18,7 +18,7 @@ const ALL = ['packages/*/src/**/*.test.ts', 'apps/*/src/**/*.test.ts', 'server/t
  */
 const LONG_LIGHT = ['packages/model/src/train.test.ts', 'packages/swarm/src/audit/audit.test.ts'];
 const HEAVY = [
-  'server/test/{adversarial,detectors,audit-deadline,own-corpus,liar,replicas,churn,rebalance,centered-clip,phases,mesh,pipeline,nat,restart,checkpoint}.test.ts',
+  'server/test/{adversarial,detectors,audit-deadline,own-corpus,liar,replicas,churn,rebalance,centered-clip,phases,mesh,pipeline,nat,restart,checkpoint,operator-cli}.test.ts',
   'server/test/{accounting,validator,operator-settings,registration,stage-map,rewards,scale-out,audits,settlement}.test.ts',
   'server/test/hardening/{fuzz,working-directory,idle-memory,slow-request}.test.ts',
 ];

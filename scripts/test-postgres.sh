@@ -31,12 +31,13 @@ echo "test-postgres: PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') 
 #   and pipeline, and the NAT lab (its coordinator sits in a network namespace of its own, which cannot reach this
 #   server on the host's loopback);
 # - files that never open a database of the test's (the import layers, run settings, the run store's Redis checks,
-#   the validator's jobs and thresholds) or only the embedded one (idle memory, a start from another folder);
+#   the validator's jobs and thresholds) or only the embedded one (idle memory, a start from another folder, the
+#   coordinator's command line as an operator runs it);
 # - requests refused before any query (body limits, odd socket messages, acknowledgements, other socket.io methods,
 #   slow requests, rate limits: their stores are Redis or memory, never the database).
 # Pass a file to run only that one (e.g. server/test/replicas.test.ts).
 NOT_HERE=(
-  replicas adversarial detectors audit-deadline own-corpus churn rebalance liar centered-clip phases mesh pipeline nat
+  replicas adversarial detectors audit-deadline own-corpus churn rebalance liar centered-clip phases mesh pipeline nat operator-cli
   imports run-config run-state validator/jobs validator/thresholds hardening/idle-memory hardening/working-directory
   hardening/body-limit hardening/messages hardening/socket-ack hardening/socket-methods hardening/slow-request hardening/rate-limits
 )

@@ -34,7 +34,7 @@ import { ScaleOut } from './scale-out';
 export interface AppOptions {
   run?: RunOverrides;
   database?: DatabaseOptions;
-  logger?: boolean;
+  logger?: boolean | { level: string };
   /** The built web app (dist/web), served at /. */
   webRoot?: string;
   /** Prepared token shards (./data), served at /data/ with HTTP ranges for browsers. */

@@ -27,6 +27,9 @@
  * from its folder's parent; its vocabulary must be the preset's. By default, the shipped corpora's under ./data.
  * DATABASE_URL and REDIS_URL together: scale-out mode, several processes serving one run
  * behind a load balancer (scale-out.ts; README, "Scale-out").
+ * What the operator reads: start-up lines with the address to open, a status line every --status-seconds N
+ * (TAH_STATUS_SECONDS; 60, 0 for none), and a line when it stopped (operator-status.ts). The JSON log beside them
+ * is at --log-level (LOG_LEVEL): warn by default; info adds a line per HTTP request, debug and trace more.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -35,6 +38,7 @@ import { parseArgs } from 'node:util';
 import { DATASET_NAME, PRESETS, type DataManifest, type PresetName, type Precision } from '@train-at-home/model';
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
+import { startupLines, statusLine } from './operator-status';
 import { LOCAL_INCENTIVES } from './run-config';
 import { EMISSION_FLAGS, OPERATOR_FLAGS, SettingError, emissionSettings, operatorSettings } from './operator-settings';
 
@@ -64,8 +68,22 @@ const { values } = parseArgs({
     'epoch-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['epoch-seconds']] },
     'settle-after-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['settle-after-seconds']] },
     'hold-epochs': { type: 'string', default: process.env[EMISSION_FLAGS['hold-epochs']] },
+    'log-level': { type: 'string', default: process.env.LOG_LEVEL || 'warn' },
+    'status-seconds': { type: 'string', default: process.env.TAH_STATUS_SECONDS || '60' },
   },
 });
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+const logLevel = values['log-level']!;
+if (!LOG_LEVELS.includes(logLevel)) {
+  console.error(`--log-level must be one of ${LOG_LEVELS.join(', ')}, not ${logLevel}`);
+  process.exit(2);
+}
+const statusSeconds = Number(values['status-seconds']);
+if (!Number.isSafeInteger(statusSeconds) || statusSeconds < 0) {
+  console.error(`--status-seconds must be a whole number of seconds (0: no status lines), not ${values['status-seconds']}`);
+  process.exit(2);
+}
 
 let operator: ReturnType<typeof operatorSettings>;
 let emission: ReturnType<typeof emissionSettings>;
@@ -116,9 +134,14 @@ if (values.data) {
 }
 const urls = (list: string): string[] => list.split(',').map((u) => u.trim()).filter(Boolean);
 
+const starting = Date.now();
+console.log(
+  `Train at Home: starting the coordinator: run "${values.run}", ` +
+    `${process.env.DATABASE_URL ? 'the PostgreSQL server at DATABASE_URL' : `the embedded database in ${values['data-dir']}`}, then the validator (seconds)…`,
+);
 const app = await buildApp({
   ...operator,
-  logger: true,
+  logger: { level: logLevel },
   webRoot: fileURLToPath(new URL('../../dist/web', import.meta.url)),
   dataRoot,
   run: {
@@ -156,12 +179,35 @@ if (values.data && app.coordinator.run.dataset !== dataset) {
 await app.fastify.listen({ port: Number(values.port), host: values.host });
 // Local miners reach this coordinator on this machine.
 const { port } = app.fastify.server.address() as { port: number };
+console.log(`Train at Home: ready in ${((Date.now() - starting) / 1000).toFixed(1)} s.`);
+for (const line of startupLines(app, values.host!, port, statusSeconds)) console.log(line);
+const status =
+  statusSeconds > 0
+    ? setInterval(() => {
+        statusLine(app, statusSeconds * 1000).then(
+          (line) => console.log(line),
+          (e: unknown) => console.log(`status: not read (${(e as Error).message})`),
+        );
+      }, statusSeconds * 1000)
+    : undefined;
+status?.unref();
 // By default one per stage of the run (the stored run's layout wins over --stages).
 app.localMiners.start(`http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
+    clearInterval(status);
+    console.log(`Train at Home: stopping (${signal})…`);
     // Local miners stay: restarted within three minutes, this coordinator takes them over with their
     // weights and peers (local-miners.ts); otherwise they leave on their own.
-    app.close({ keepLocalMiners: true }).then(() => process.exit(0), () => process.exit(1));
+    app.close({ keepLocalMiners: true }).then(
+      () => {
+        console.log(`Train at Home: stopped. The run's state is kept; start it again to go on${app.localMiners.running ? ' (its local miners wait three minutes to be taken over)' : ''}.`);
+        process.exit(0);
+      },
+      (e: unknown) => {
+        console.error(`Train at Home: stopped, with an error while closing: ${(e as Error).message}`);
+        process.exit(1);
+      },
+    );
   });
 }

@@ -9,6 +9,7 @@ import type { Coordinator } from '../coordinator';
 import type { Queryable } from '../db/database';
 import type { ValidatorProcess } from './client';
 import type { AuditJob } from './compute';
+import { droppedOnClose } from './compute';
 
 export type { AuditJob } from './compute';
 
@@ -326,7 +327,7 @@ export class Auditor {
     } else await this.c.db.query('UPDATE miners SET record_bytes = $3 WHERE id = $1 AND run_id = $2', [minerId, this.c.runId, bytes.length]);
     this.replaying.add(auditId);
     void this.replay(auditId, audit.stage, audit.round, minerId, record, bytes)
-      .catch((e: unknown) => this.c.log.error({ err: e, auditId }, 'audit failed to run'))
+      .catch((e: unknown) => droppedOnClose(e) || this.c.log.error({ err: e, auditId }, 'audit failed to run'))
       .finally(() => this.replaying.delete(auditId));
   }
 

@@ -52,6 +52,10 @@ export class ValidatorProcess {
   /** Stage weights (by stage and hash) this process has been sent: not sent again. */
   readonly known = new Set<string>();
   private isReady: () => boolean = () => false;
+  /** Whether a validator process is up and answering now (not starting or restarting). */
+  get up(): boolean {
+    return this.isReady();
+  }
   private restartMs = VALIDATOR_RESTART_MS;
   /** Called as each job is sent (for operators' metrics, and tests that kill the validator mid-job). */
   onJob?: (kind: ValidatorJob['kind'], pid: number | undefined) => void;
@@ -71,6 +75,10 @@ export class ValidatorProcess {
     const { entry, execArgv } = validatorEntry();
     const child = fork(entry, [], {
       execArgv,
+      // A process group of its own: Ctrl-C in the operator's terminal reaches the coordinator, which stops it (and a
+      // coordinator that dies leaves it its IPC channel's disconnect, on which it exits), not both at once, which
+      // failed the job under way as if the validator had crashed.
+      detached: true,
       env: { ...process.env, TAH_VALIDATOR_RUN: JSON.stringify(this.run), ...(this.dataRoot ? { TAH_VALIDATOR_DATA_ROOT: this.dataRoot } : {}) },
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -106,7 +114,11 @@ export class ValidatorProcess {
       this.release?.();
       for (const [id, p] of this.pending) {
         clearTimeout(p.timer);
-        p.reject(new ValidatorError('VALIDATOR_EXITED', `the validator process exited (${signal ?? code}) during job ${id}`));
+        p.reject(
+          this.closed
+            ? new ValidatorError('VALIDATOR_CLOSED', `the validator was stopped with the coordinator during job ${id}`)
+            : new ValidatorError('VALIDATOR_EXITED', `the validator process exited (${signal ?? code}) during job ${id}`),
+        );
       }
       this.pending.clear();
       if (this.closed) return;
@@ -118,7 +130,7 @@ export class ValidatorProcess {
 
   /** Sends a job and waits for its answer; a rejection names why (VALIDATOR_EXITED, VALIDATOR_TIMEOUT, or the job's own error). */
   async request<T>(job: ValidatorJob, timeoutMs = VALIDATOR_JOB_TIMEOUT_MS): Promise<T> {
-    if (this.closed) throw new ValidatorError('VALIDATOR_EXITED', 'the validator is closed');
+    if (this.closed) throw new ValidatorError('VALIDATOR_CLOSED', 'the validator is closed');
     await this.whenReady();
     const child = this.child;
     if (!child?.connected) throw new ValidatorError('VALIDATOR_EXITED', 'the validator process is restarting');
@@ -146,7 +158,7 @@ export class ValidatorProcess {
   async whenReady(): Promise<void> {
     if (this.starts === 0) this.start();
     for (;;) {
-      if (this.closed) throw new ValidatorError('VALIDATOR_EXITED', 'the validator is closed');
+      if (this.closed) throw new ValidatorError('VALIDATOR_CLOSED', 'the validator is closed');
       await this.ready;
       if (this.isReady()) return;
       await new Promise((r) => setTimeout(r, 50));

@@ -83,12 +83,16 @@ export interface SpotCheckResult {
 export class ValidatorError extends Error {
   override name = 'ValidatorError';
   constructor(
-    readonly code: 'NOT_READY' | 'BAD_JOB' | 'NO_CHECKPOINT' | 'VALIDATOR_EXITED' | 'VALIDATOR_TIMEOUT',
+    /** VALIDATOR_CLOSED: the coordinator is stopping, and dropped the job with its validator (no failure). */
+    readonly code: 'NOT_READY' | 'BAD_JOB' | 'NO_CHECKPOINT' | 'VALIDATOR_EXITED' | 'VALIDATOR_TIMEOUT' | 'VALIDATOR_CLOSED',
     message: string,
   ) {
     super(`${code}: ${message}`);
   }
 }
+
+/** Whether a job failed only because the coordinator is stopping its validator: nothing to log, nothing wrong. */
+export const droppedOnClose = (e: unknown): boolean => e instanceof ValidatorError && e.code === 'VALIDATOR_CLOSED';
 
 /**
  * The validator's model work, in its own process: held-out loss of the

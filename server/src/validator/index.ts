@@ -2,6 +2,7 @@ import type { Coordinator } from '../coordinator';
 import { latestCheckpoint } from '../routes/checkpoints';
 import { Auditor } from './audits';
 import { ValidatorProcess } from './client';
+import { droppedOnClose } from './compute';
 import { Settler } from './settlement';
 import { SpotChecker } from './spot-checks';
 
@@ -83,7 +84,8 @@ export class Validator {
       if (this.busy[key]) return;
       this.busy[key] = true;
       fn()
-        .catch((e: unknown) => this.c.log.warn({ err: e }, `validator ${key} failed`))
+        // A job the closing validator process dropped is no failure: the coordinator is stopping.
+        .catch((e: unknown) => (this.closing || droppedOnClose(e) ? undefined : this.c.log.warn({ err: e }, `validator ${key} failed`)))
         .finally(() => (this.busy[key] = false));
     };
     guard('checks', () => this.spotChecks.tick());
@@ -112,7 +114,10 @@ export class Validator {
     await this.sample(evaluated?.heldOutLoss);
   }
 
+  private closing = false;
+
   close(): Promise<void> {
+    this.closing = true;
     return this.process.close();
   }
 }

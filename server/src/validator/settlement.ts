@@ -4,6 +4,7 @@ import { runStartMs } from '../ledger/queries';
 import { settleEpoch, settledEpochs } from '../ledger/settle';
 import { verifiedWork } from './accounting';
 import type { ValidatorProcess } from './client';
+import { droppedOnClose } from './compute';
 import type { ScoreJob, ScoreResult } from './scoring';
 
 /** Ended epochs settled per tick at most (a coordinator back after a long stop catches up over a few ticks). */
@@ -90,7 +91,7 @@ export class Settler {
       this.lastError = undefined;
     } catch (e) {
       this.lastError = (e as Error).message;
-      this.c.log.warn({ err: e }, 'settlement attempt failed; retrying on the next tick');
+      if (!droppedOnClose(e)) this.c.log.warn({ err: e }, 'settlement attempt failed; retrying on the next tick');
     } finally {
       this.busy = false;
     }

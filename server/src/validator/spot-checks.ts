@@ -2,6 +2,7 @@ import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { createHash, randomBytes, randomInt } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
 import type { ReplayJob, ReplayReference, SpotCheckResult } from './compute';
+import { droppedOnClose } from './compute';
 import { ValidatorError } from './compute';
 import type { ValidatorProcess } from './client';
 import { ProbeError } from './probe-error';
@@ -168,7 +169,7 @@ export class SpotChecker {
     (probe.direction === 'activation' ? s.activations : s.gradients)[probe.boundary] = bytes;
     if (this.samples.has(s) && [...s.activations, ...s.gradients].every(Boolean)) {
       this.samples.delete(s);
-      void this.replay(s).catch((e: unknown) => this.c.log.error({ err: e }, 'spot check failed to run'));
+      void this.replay(s).catch((e: unknown) => droppedOnClose(e) || this.c.log.error({ err: e }, 'spot check failed to run'));
     }
   }
 

@@ -45,7 +45,7 @@ describe('the coordinator started from another folder', () => {
     const url = await Promise.race([
       new Promise<string>((resolve) => {
         const look = (): void => {
-          const m = /Server listening at (http:\/\/127\.0\.0\.1:[0-9]+)/.exec(output);
+          const m = /Open (http:\/\/127\.0\.0\.1:[0-9]+) in a browser/.exec(output);
           if (m) resolve(m[1]!);
           else setTimeout(look, 100);
         };

@@ -1,0 +1,70 @@
+import { networkInterfaces } from 'node:os';
+import { PRESETS } from '@train-at-home/model';
+import type { App } from './app';
+import { epochAt } from './ledger/epochs';
+import { runStartMs } from './ledger/queries';
+
+/**
+ * What the coordinator's command line tells its operator in words (main.ts), beside the JSON log: where to open the
+ * run, and one status line a minute.
+ */
+
+/** The addresses a person opens: localhost, and this machine's network addresses when it listens on all of them. */
+export function openUrls(host: string, port: number): { local: string; network: string[] } {
+  const all = host === '0.0.0.0' || host === '::';
+  const network = all
+    ? Object.values(networkInterfaces())
+        .flat()
+        .filter((a) => a && a.family === 'IPv4' && !a.internal)
+        .map((a) => `http://${a!.address}:${port}`)
+    : [];
+  return { local: `http://${all ? 'localhost' : host}:${port}`, network };
+}
+
+/** The start-up lines: the run, the address to open, the dashboard's, and what other machines can open. */
+export function startupLines(app: App, host: string, port: number, statusSeconds: number): string[] {
+  const { run } = app.coordinator;
+  const { local, network } = openUrls(host, port);
+  const lines = [
+    `Train at Home: run "${run.name}" (${run.preset}, ${run.stages} stages) is up.`,
+    `  Open ${local} in a browser and press Join to train; the dashboard is ${local}/dashboard.`,
+  ];
+  if (network.length) lines.push(`  From other machines: ${network.join(', ')} (browsers give WebGPU only to https or localhost; there a tab trains on WASM).`);
+  lines.push(`  ${statusSeconds > 0 ? `A status line follows every ${span(statusSeconds * 1000)}; ` : ''}Ctrl-C stops the coordinator.`);
+  return lines;
+}
+
+/** A status line's window in words: "minute", "10 s", "5 minutes". */
+const span = (ms: number): string => (ms === 60_000 ? 'minute' : ms % 60_000 === 0 ? `${ms / 60_000} minutes` : `${Math.round(ms / 1000)} s`);
+
+/**
+ * One line on the run now: miners per stage, what the last minute trained (microbatches, tokens/s, mean loss), the
+ * emission epoch and the last settled, and anything failing (miners flagged in the last minute, the validator down).
+ */
+export async function statusLine(app: App, windowMs = 60_000): Promise<string> {
+  const { coordinator, db } = app;
+  const { run, runId } = coordinator;
+  const stages = await coordinator.stageMap();
+  const perStage = Array.from({ length: run.stages }, (_, s) => stages.find((x) => x.stage === s)?.miners.length ?? 0);
+  const since = new Date(Date.now() - windowMs);
+  const [trained] = await db.query<{ n: number; loss: number | null }>(
+    `SELECT count(*)::int AS n, avg(value)::float8 AS loss FROM metrics WHERE run_id = $1 AND name = 'train_loss' AND created_at > $2`,
+    [runId, since],
+  );
+  const [settled] = await db.query<{ epoch: number | null }>('SELECT max(epoch) AS epoch FROM settlements WHERE run_id = $1', [runId]);
+  const [flagged] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM flags WHERE run_id = $1 AND created_at > $2', [runId, since]);
+  const microbatches = trained?.n ?? 0;
+  const tokensPerSec = (microbatches * run.training.batchSize * PRESETS[run.preset].contextLength) / (windowMs / 1000);
+  const epoch = epochAt(await runStartMs(db, runId), run.incentives.epochMs, Date.now());
+  const failing = [
+    ...(flagged && flagged.n > 0 ? [`${flagged.n} miner flag${flagged.n === 1 ? '' : 's'} raised`] : []),
+    ...(app.validator.process.up ? [] : ['the validator is not up (starting, or restarting after it exited)']),
+  ];
+  return (
+    `status: miners by stage ${perStage.join(' / ')}` +
+    ` · last ${span(windowMs)} ${microbatches} microbatch${microbatches === 1 ? '' : 'es'}, ${Math.round(tokensPerSec).toLocaleString('en-US')} tokens/s` +
+    (trained?.loss != null ? `, loss ${trained.loss.toFixed(3)}` : '') +
+    ` · epoch ${epoch}, ${settled?.epoch == null ? 'none settled yet' : `settled through ${settled.epoch}`}` +
+    ` · ${failing.length ? `failing: ${failing.join('; ')}` : 'nothing failing'}`
+  );
+}
