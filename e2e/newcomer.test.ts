@@ -94,18 +94,32 @@ describe("a newcomer's first minutes", () => {
     await tab.goto(url);
     const joinedAt = Date.now();
     await tab.getByTestId('join').click();
-    await expect
-      .poll(async () => {
-        const v = await tabView(tab);
-        return v.phase === 'training' && v.microbatches > 0;
-      }, { timeout: 120_000, interval: 1000 })
-      .toBe(true)
-      .catch(async (e: unknown) => {
-        console.log(JSON.stringify(await tabView(tab)), output.slice(-4000));
-        await screenshot(tab, 'newcomer-failed.png');
-        throw e;
-      });
-    const seconds = Math.round((Date.now() - joinedAt) / 1000);
+    // What the page says, read every 0.5 s over the first minute after Join (and on until it trains): each state it
+    // shows must be true then.
+    type Seen = { at: number; phase: string; text: string; microbatches: number; stage: string; help: string };
+    const seen: Seen[] = [];
+    let trainingAt: number | undefined;
+    while (Date.now() - joinedAt < 120_000) {
+      const v = await tabView(tab);
+      const text = async (id: string): Promise<string> => ((await tab.getByTestId(id).count()) ? ((await tab.getByTestId(id).first().textContent()) ?? '') : '');
+      seen.push({ at: Date.now() - joinedAt, phase: v.phase, text: await text('phase'), microbatches: v.microbatches, stage: v.stage, help: await text('waiting-help') });
+      if (v.phase === 'training' && v.microbatches > 0) trainingAt ??= Date.now();
+      if (trainingAt !== undefined && Date.now() - joinedAt >= 60_000) break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const states = seen.filter((x, i) => i === 0 || x.text !== seen[i - 1]!.text || x.help !== seen[i - 1]!.help);
+    console.log(`e2e: the page after Join:\n${states.map((x) => `  +${(x.at / 1000).toFixed(1)} s: ${x.text} (${x.microbatches} microbatches, stage ${x.stage || '-'})${x.help ? `; ${x.help}` : ''}`).join('\n')}`);
+    if (trainingAt === undefined) {
+      console.log(JSON.stringify(await tabView(tab)), output.slice(-4000));
+      await screenshot(tab, 'newcomer-failed.png');
+    }
+    expect(trainingAt, 'the tab trained a microbatch within two minutes of Join').toBeDefined();
+    // Never "Training" with nothing trained, never "Stalled" before a first microbatch.
+    expect(seen.filter((x) => x.microbatches === 0 && (/^Training/.test(x.text) || x.phase === 'idle'))).toEqual([]);
+    // Never that the tab's own stage has nobody: the stages it says are empty exclude the one it holds.
+    const emptyNamed = (help: string): number[] => [...(/nobody yet \(stages? ([^)]*)\)/.exec(help)?.[1] ?? '').matchAll(/\d+/g)].map((m) => Number(m[0]));
+    expect(seen.filter((x) => x.help && /^\d+ of/.test(x.stage) && emptyNamed(x.help).includes(Number(x.stage.split(' ')[0])))).toEqual([]);
+    const seconds = Math.round((trainingAt! - joinedAt) / 1000);
     const stages = (await (await fetch(`${url}/api/stages`)).json()).stages as Array<{ miners: unknown[] }>;
     const after = await (await fetch(`${url}/api/status`)).json();
     console.log(`e2e: a lone tab on a fresh coordinator is training ${seconds} s after Join; stages held by ${JSON.stringify(stages.map((s) => s.miners.length))}, ${after.localMiners.running} local miners`);
@@ -133,11 +147,16 @@ describe("a newcomer's first minutes", () => {
     const before = await tabView(tab);
     await stopCoordinator(coordinator);
     const stoppedAt = Date.now();
-    // The page names the lost coordinator and when it tries again, within 10 s.
+    // The page names the lost coordinator and when it tries again, in its heading too (what the tab is doing).
     await expect
       .poll(async () => ((await tab.getByTestId('coordinator').count()) ? await tab.getByTestId('coordinator').textContent() : ''), { timeout: 10_000, interval: 250 })
       .toMatch(/^Coordinator unreachable — retrying (now|in \d+ s)/);
-    console.log(`e2e: ${((Date.now() - stoppedAt) / 1000).toFixed(1)} s after the stop the page says “${await tab.getByTestId('coordinator').textContent()}”`);
+    await expect
+      .poll(async () => ((await tab.getByTestId('phase-outage').count()) ? await tab.getByTestId('phase-outage').textContent() : ''), { timeout: 10_000, interval: 250 })
+      .toMatch(/^ — coordinator unreachable, retrying (now|in \d+ s)$/);
+    console.log(
+      `e2e: ${((Date.now() - stoppedAt) / 1000).toFixed(1)} s after the stop the page's heading says “${await tab.locator('h2', { has: tab.getByTestId('phase') }).textContent()}” and “${await tab.getByTestId('coordinator').textContent()}”`,
+    );
     expect(await tab.getByTestId('nav-training').getAttribute('data-ok')).toBe('false');
     await tab.setViewportSize({ width: 1280, height: 800 });
     await screenshot(tab, 'train-unreachable.png');

@@ -18,6 +18,8 @@ const miners = (n: number): string => (n === 1 ? '1 miner' : `${n} miners`);
 
 /** The phase in words; a merge says with whom (a stage's lone miner only sends its weights as the stage's checkpoint). */
 function phaseText(s: TabState['status']): string {
+  // Training with nothing trained yet: the first microbatch is under way, and the page says so.
+  if (s?.phase === 'training' && s.microbatches === 0) return 'Starting: the first microbatch is under way';
   if (s?.phase === 'merging') {
     const others = s.peers.replicas.length;
     return others === 0 ? 'Saving this stage\'s weights (no other miner on the stage to merge with)' : `Averaging weights with the ${others === 1 ? 'other miner' : `${others} other miners`} on this stage`;
@@ -132,10 +134,21 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
   const lost = s?.coordinator;
   const stage = s?.stage;
   const saved = s && s.uncompressedBytes > 0 ? 1 - (s.bytesSent + s.bytesReceived) / s.uncompressedBytes : undefined;
+  // Stages nobody holds, as the coordinator last said (polled), less those this tab knows are held: its own, and its
+  // neighbours' where it has peers there (the poll can be seconds older than the tab's own stage map).
+  const empty = (run.emptyStages ?? []).filter(
+    (e) => stage === undefined || !(e === stage || (e === stage - 1 && s!.peers.previous.length > 0) || (e === stage + 1 && s!.peers.next.length > 0)),
+  );
   return (
     <section className="card">
       <h2>
         This tab: <span data-testid="phase" data-phase={phase}>{phase === 'probing' ? 'Measuring this device' : s ? phaseText(s) : PHASE_TEXT[phase]}</span>
+        {lost && (
+          <span data-testid="phase-outage">
+            {' '}
+            — coordinator unreachable, retrying {lost.retryInMs < 500 ? 'now' : `in ${Math.ceil(lost.retryInMs / 1000)} s`}
+          </span>
+        )}
       </h2>
       {lost && (
         <p className="why fault" data-testid="coordinator" data-state="unreachable">
@@ -149,7 +162,7 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
           {s.note}
         </p>
       )}
-      {s?.phase === 'waiting' && run.emptyStages !== undefined && run.emptyStages.length > 0 && s.stages !== undefined && <WaitingHelp empty={run.emptyStages} stages={s.stages} localMiners={run.localMiners} />}
+      {s?.phase === 'waiting' && empty.length > 0 && s.stages !== undefined && <WaitingHelp empty={empty} stages={s.stages} localMiners={run.localMiners} />}
       {tab.probing && <Progress label={`Trying ${tab.probing.backend}`} done={tab.probing.done} total={tab.probing.total} />}
       {s?.progress && <Progress {...s.progress} />}
       <dl className="grid">

@@ -17,6 +17,8 @@ import { StageMapView, restStageMap } from './stage-map';
 
 /** The heartbeat interval a coordinator asks for, within 0.5…60 s; 2 s when it names none. */
 export const heartbeatEvery = (asked: unknown): number => (typeof asked === 'number' && Number.isFinite(asked) ? Math.min(60_000, Math.max(500, asked)) : 2000);
+/** Gaps between microbatches measured before a stall may say how long one "usually" takes. */
+const USUAL_AFTER_GAPS = 3;
 
 /** What a miner reports to the coordinator as it goes: kept in order while the coordinator is away. */
 type ReportEvent = 'loss' | 'receipt' | 'merged';
@@ -264,7 +266,9 @@ export class Miner {
       else if (this.lastWorkAt === 0) [phase, why] = ['waiting', 'connected; waiting for the first microbatch to reach this stage'];
       else if (silentMs > this.stallMs()) {
         phase = 'idle';
-        why = `no microbatch for ${Math.round(silentMs / 1000)} s (one usually comes within ${Math.round(this.usualGapMs() / 1000)} s): a peer is slow or has left, or a stage is merging`;
+        // "Usually" only once there is a usual: a few gaps between microbatches measured.
+        const usual = this.gaps.length >= USUAL_AFTER_GAPS ? ` (one usually comes within ${Math.round(this.usualGapMs() / 1000)} s)` : '';
+        why = `no microbatch for ${Math.round(silentMs / 1000)} s${usual}: a peer is slow or has left, or a stage is merging`;
       } else if (silentMs > 1000 && r && r.layout.stages > 1) {
         // A pipeline bubble: the microbatch is on another stage. Normal work, not a fault.
         note = 'between microbatches: the current one is on another stage (in a pipeline each stage works in turn)';
@@ -310,6 +314,7 @@ export class Miner {
   }
 
   /** The longest of the recent waits between two transfers (the stage's usual pipeline bubble); 5 s before any. */
+  /** The longest recent gap between microbatches, or 5 s before any was measured. */
   private usualGapMs(): number {
     return this.gaps.length ? Math.max(...this.gaps) : 5_000;
   }
