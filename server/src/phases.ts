@@ -228,7 +228,10 @@ export class PhaseMachine {
   async onReady(minerId: string, msg: ClientMessage<'merge-ready'>, arrived = new Date().toISOString()): Promise<void> {
     if (!this.leading && this.remote) return this.remote.call('ready', minerId, msg, arrived);
     const s = this.stages[msg.stage];
-    if (!s || s.phase !== 'merging' || s.go || msg.round !== s.round) throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not waiting for replicas of round ${msg.round}`);
+    if (!s || s.phase !== 'merging' || s.go || msg.round !== s.round) {
+      const now = !s ? 'no such stage in this run' : s.phase === 'merging' && s.go && s.round === msg.round ? 'its merge went on without this replica' : s.phase === 'merging' ? `it is merging round ${s.round}` : `it is training towards round ${s.round + 1}`;
+      throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage + 1} is not waiting for replicas of round ${msg.round}: ${now}`);
+    }
     if (!s.members.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a replica of that stage in this round');
     if (s.ready.has(minerId)) throw new ProtocolError('REPLAYED', 'already ready');
     s.ready.set(minerId, { stateId: msg.stateId, microbatches: msg.microbatches, roots: msg.contributionRoots });
@@ -319,7 +322,7 @@ export class PhaseMachine {
       // A participant's report that arrived after its round closed: the round's outcome stands, but the hash of the
       // weights it holds is what an audit of its next round starts from (without it, that audit was skipped).
       if (s && msg.ok && msg.round <= s.round && (await this.recordLateReport(minerId, msg, arrived))) return;
-      throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage} is not merging round ${msg.round}`);
+      throw new ProtocolError('OUT_OF_PHASE', `stage ${msg.stage + 1} is not merging round ${msg.round}`);
     }
     if (!s.go.participants.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a participant of the round');
     if (s.merged.has(minerId)) throw new ProtocolError('REPLAYED', 'already reported');

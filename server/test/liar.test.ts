@@ -1,6 +1,7 @@
 import { BLOCK, MSG, Miner, decodeMessage, encodeMessage, type MinerOptions } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { App } from '../src/app';
+import { verifiedWork } from '../src/validator/accounting';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
 
 let app: App;
@@ -189,6 +190,13 @@ describe('a lying owner in a real merge', () => {
     await expect.poll(async () => (await audit())!.status, { timeout: 300_000, interval: 1000 }).not.toMatch(/^(open|replaying)$/);
     const a = (await audit())!;
     expect([a.status, a.reason], JSON.stringify(a.detail)).toEqual(['passed', null]);
+    // Its work in the refused round is paid, not lost to the race: the record of the round after, which starts where
+    // the refused one began, carries that work, and its replay (passed above) checked it.
+    const ends = await app.db.query<{ epoch: number; ended_at: Date }>('SELECT epoch, ended_at FROM epochs WHERE run_id = $1 AND stage = 0 AND epoch = ANY($2::int[])', [app.coordinator.runId, [target - 1, target]]);
+    const [from, to] = [ends.find((e) => e.epoch === target - 1)?.ended_at ?? new Date(0), ends.find((e) => e.epoch === target)!.ended_at];
+    const { work } = await verifiedWork(app.db, app.coordinator.runId, new Date(from), new Date(to));
+    console.log(`liar: verified work in the refused round ${target}: ${JSON.stringify(Object.fromEntries([...work].map(([id, n]) => [id.slice(0, 8), n])))}`);
+    expect(work.get(lateId) ?? 0).toBeGreaterThan(0);
     Object.assign(app.coordinator.run.incentives, { auditRate, unprovenAuditRate });
   });
 

@@ -47,7 +47,9 @@ export function attachRegistration(io: Server, host: HandlerHost, limits = new S
       if (code === 'BAD_SIGNATURE' || state.rejections > MAX_REJECTIONS) socket.disconnect(true);
     };
     const failed = (e: unknown, event: string): { code: string; message: string } => {
-      if (e instanceof ProtocolError || e instanceof FrameRefusal) return { code: e.code, message: e.message };
+      // The code goes in its own field: a ProtocolError's message starts with it, which the miner printed twice.
+      if (e instanceof ProtocolError) return { code: e.code, message: e.message.startsWith(`${e.code}: `) ? e.message.slice(e.code.length + 2) : e.message };
+      if (e instanceof FrameRefusal) return { code: e.code, message: e.message };
       host.log.error({ err: e, event }, 'handler failed');
       return { code: 'INTERNAL', message: 'the coordinator could not handle this message' };
     };

@@ -26,7 +26,8 @@ export interface VerifiedMicrobatch {
  *     round the miner never committed (it stayed out of the merge, or was
  *     not ready in time) or that has not closed yet is work nobody could
  *     check: unpaid, as a cheat that never commits would otherwise be paid
- *     without ever being audited; and
+ *     without ever being audited, unless the record of a later round it
+ *     committed carries it (starts before it), whose replay checks it; and
  *   - no restart of the miner left it unauditable (restartWindows).
  * Returns the microbatches and each miner's count.
  */
@@ -125,7 +126,10 @@ async function restartWindows(db: Queryable, runId: number): Promise<Map<string,
  * t (the round in progress when every merge has). A round without an audit
  * draw (no audits that round, or it began before the coordinator did) pays as
  * before; one drawn at rate > 0 pays only the replicas that could be drawn in
- * it: committed with merge-ready, and merged to the round's agreed weights.
+ * it: committed with merge-ready, and merged to the round's agreed weights. A
+ * replica whose merge-ready for a round was refused (OUT_OF_PHASE: the round went
+ * on without it) is paid for that round's work when its next committed round,
+ * whose record starts where the refused one began, is drawable for it.
  */
 async function drawableRounds(db: Queryable, runId: number): Promise<{ mayPay: (stage: number, miner: string, at: Date) => boolean }> {
   const ends = await db.query<{ stage: number; round: number; ended_at: Date | null }>('SELECT stage, epoch AS round, ended_at FROM epochs WHERE run_id = $1 ORDER BY stage, epoch', [runId]);
@@ -143,6 +147,18 @@ async function drawableRounds(db: Queryable, runId: number): Promise<{ mayPay: (
   // Only the latest merge can be under way; an earlier one left open (its coordinator stopped mid-merge) bounds nothing.
   for (const [stage, list] of rounds) rounds.set(stage, list.filter((r, i) => r.endedAt !== Infinity || i === list.length - 1));
   const drawn = new Map(draws.map((d) => [`${d.stage}:${d.round}`, new Set((typeof d.drawable === 'string' ? JSON.parse(d.drawable) : d.drawable) as string[])]));
+  // Rounds a replica's later record carries: a merge-ready refused (it came after the round went on without the
+  // replica) commits nothing, and the replica's record goes on, so its next commitment starts where the refused round
+  // began (start_round below round - 1), and an audit of that later round replays the refused one's work too.
+  const carried = await db.query<{ stage: number; round: number; miner_id: string; start_round: number }>(
+    'SELECT stage, round, miner_id, start_round FROM round_commitments WHERE run_id = $1 AND start_round IS NOT NULL AND start_round < round - 1',
+    [runId],
+  );
+  const carriedBy = new Map<string, Array<{ from: number; to: number; by: number }>>();
+  for (const c of carried) {
+    const key = `${c.stage}:${c.miner_id}`;
+    carriedBy.set(key, [...(carriedBy.get(key) ?? []), { from: c.start_round + 1, to: c.round - 1, by: c.round }]);
+  }
   const roundAt = (stage: number, t: number): number => {
     const list = rounds.get(stage) ?? [];
     // Rounds close in order: the first whose merge had not ended by t (a binary search over their ends).
@@ -158,8 +174,13 @@ async function drawableRounds(db: Queryable, runId: number): Promise<{ mayPay: (
   return {
     mayPay: (stage, miner, at) => {
       if (drawn.size === 0) return true;
-      const who = drawn.get(`${stage}:${roundAt(stage, at.getTime())}`);
-      return !who || who.has(miner);
+      const round = roundAt(stage, at.getTime());
+      const payable = (r: number): boolean => {
+        const who = drawn.get(`${stage}:${r}`);
+        return !who || who.has(miner);
+      };
+      // Its own round's commitment, or a later one whose record carries this round (and could be drawn in its stead).
+      return payable(round) || (carriedBy.get(`${stage}:${miner}`) ?? []).some((c) => c.from <= round && round <= c.to && payable(c.by));
     },
   };
 }
