@@ -5,6 +5,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { createReadStream, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import { Server } from 'socket.io';
 import { cryptoReady, DASHBOARD_NAMESPACE } from '@train-at-home/protocol';
@@ -47,6 +48,11 @@ export interface AppOptions {
   rewards?: RewardsOptions;
   /** Limits on HTTP connections (see `httpServer`) and requests. */
   http?: Partial<HttpLimits>;
+  /**
+   * Serve HTTPS with this certificate and key (PEM): browsers give WebGPU only to secure contexts, so a coordinator
+   * that people open at an address other than localhost serves its pages over HTTPS (or behind a proxy that does).
+   */
+  tls?: { cert: string | Buffer; key: string | Buffer };
   /** Budgets of socket events per connection and per miner (socket/rate-limits.ts). */
   socketRates?: Partial<SocketRates>;
   /** The dashboard's live feed: how often viewers get an update. */
@@ -91,11 +97,10 @@ export const DEFAULT_HTTP_LIMITS: HttpLimits = { requestTimeoutMs: 120_000, head
  * closed once its time is up, checked every second; connections beyond the
  * per-IP cap are closed at once.
  */
-function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void, limits: HttpLimits): HttpServer {
-  const server = createServer(
-    { requestTimeout: limits.requestTimeoutMs, headersTimeout: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs), connectionsCheckingInterval: 1000 },
-    handler,
-  );
+function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void, limits: HttpLimits, tls?: AppOptions['tls']): HttpServer {
+  const timeouts = { requestTimeout: limits.requestTimeoutMs, headersTimeout: Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs), connectionsCheckingInterval: 1000 };
+  // An HTTPS server is an HTTP server over TLS: the same requests, upgrades (socket.io) and limits.
+  const server = tls ? (createHttpsServer({ ...timeouts, cert: tls.cert, key: tls.key }, handler) as unknown as HttpServer) : createServer(timeouts, handler);
   const open = new Map<string, number>();
   const proxy = limits.trustedProxies.length > 0 ? proxyaddr.compile(limits.trustedProxies) : undefined;
   server.on('connection', (socket: Socket) => {
@@ -173,7 +178,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const fastify = Fastify({
     logger: options.logger ?? false,
     bodyLimit: 64 * 1024,
-    serverFactory: (handler) => httpServer(handler, limits),
+    serverFactory: (handler) => httpServer(handler, limits, options.tls),
     // Behind a load balancer, a request's client (req.ip, the rate limit's key) is the one it forwards.
     ...(limits.trustedProxies.length > 0 ? { trustProxy: limits.trustedProxies } : {}),
     // Schemas hold as written: Fastify's default Ajv turned a one-element array into the string it

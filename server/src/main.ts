@@ -30,6 +30,8 @@
  * What the operator reads: start-up lines with the address to open, a status line every --status-seconds N
  * (TAH_STATUS_SECONDS; 60, 0 for none), and a line when it stopped (operator-status.ts). The JSON log beside them
  * is at --log-level (LOG_LEVEL): warn by default; info adds a line per HTTP request, debug and trace more.
+ * --tls-cert FILE and --tls-key FILE (TAH_TLS_CERT, TAH_TLS_KEY): serve HTTPS (PEM certificate and key). Browsers
+ * give WebGPU only to secure contexts: people who open the run at any address but localhost need it (README, "HTTPS").
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -39,6 +41,7 @@ import { DATASET_NAME, PRESETS, type DataManifest, type PresetName, type Precisi
 import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 import { startupLines, statusLine } from './operator-status';
+import { loopbackDoor } from './tls-loopback';
 import { LOCAL_INCENTIVES } from './run-config';
 import { EMISSION_FLAGS, OPERATOR_FLAGS, SettingError, emissionSettings, operatorSettings } from './operator-settings';
 
@@ -68,6 +71,8 @@ const { values } = parseArgs({
     'epoch-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['epoch-seconds']] },
     'settle-after-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['settle-after-seconds']] },
     'hold-epochs': { type: 'string', default: process.env[EMISSION_FLAGS['hold-epochs']] },
+    'tls-cert': { type: 'string', default: process.env.TAH_TLS_CERT || undefined },
+    'tls-key': { type: 'string', default: process.env.TAH_TLS_KEY || undefined },
     'log-level': { type: 'string', default: process.env.LOG_LEVEL || 'warn' },
     'status-seconds': { type: 'string', default: process.env.TAH_STATUS_SECONDS || '60' },
   },
@@ -78,6 +83,20 @@ const logLevel = values['log-level']!;
 if (!LOG_LEVELS.includes(logLevel)) {
   console.error(`--log-level must be one of ${LOG_LEVELS.join(', ')}, not ${logLevel}`);
   process.exit(2);
+}
+// HTTPS: a certificate and its key (PEM files), both or neither.
+let tls: { cert: Buffer; key: Buffer } | undefined;
+if (values['tls-cert'] !== undefined || values['tls-key'] !== undefined) {
+  if (values['tls-cert'] === undefined || values['tls-key'] === undefined) {
+    console.error('--tls-cert and --tls-key go together: the certificate (PEM) and its private key (PEM)');
+    process.exit(2);
+  }
+  try {
+    tls = { cert: readFileSync(values['tls-cert']), key: readFileSync(values['tls-key']) };
+  } catch (e) {
+    console.error(`--tls-cert/--tls-key: cannot read ${(e as NodeJS.ErrnoException).path ?? 'the files'} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+    process.exit(2);
+  }
 }
 const statusSeconds = Number(values['status-seconds']);
 if (!Number.isSafeInteger(statusSeconds) || statusSeconds < 0) {
@@ -142,6 +161,7 @@ console.log(
 const app = await buildApp({
   ...operator,
   logger: { level: logLevel },
+  ...(tls ? { tls } : {}),
   webRoot: fileURLToPath(new URL('../../dist/web', import.meta.url)),
   dataRoot,
   run: {
@@ -180,7 +200,7 @@ await app.fastify.listen({ port: Number(values.port), host: values.host });
 // Local miners reach this coordinator on this machine.
 const { port } = app.fastify.server.address() as { port: number };
 console.log(`Train at Home: ready in ${((Date.now() - starting) / 1000).toFixed(1)} s.`);
-for (const line of startupLines(app, values.host!, port, statusSeconds)) console.log(line);
+for (const line of startupLines(app, values.host!, port, statusSeconds, tls ? 'https' : 'http')) console.log(line);
 const status =
   statusSeconds > 0
     ? setInterval(() => {
@@ -192,14 +212,16 @@ const status =
     : undefined;
 status?.unref();
 // By default one per stage of the run (the stored run's layout wins over --stages).
-app.localMiners.start(`http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
+// Over HTTPS they come in through a plain door on 127.0.0.1, which no certificate names (tls-loopback.ts).
+const door = tls ? await loopbackDoor(port, tls.cert) : undefined;
+app.localMiners.start(door?.url ?? `http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     clearInterval(status);
     console.log(`Train at Home: stopping (${signal})…`);
     // Local miners stay: restarted within three minutes, this coordinator takes them over with their
     // weights and peers (local-miners.ts); otherwise they leave on their own.
-    app.close({ keepLocalMiners: true }).then(
+    Promise.all([app.close({ keepLocalMiners: true }), door?.close()]).then(
       () => {
         console.log(`Train at Home: stopped. The run's state is kept; start it again to go on${app.localMiners.running ? ' (its local miners wait three minutes to be taken over)' : ''}.`);
         process.exit(0);

@@ -10,26 +10,29 @@ import { runStartMs } from './ledger/queries';
  */
 
 /** The addresses a person opens: localhost, and this machine's network addresses when it listens on all of them. */
-export function openUrls(host: string, port: number): { local: string; network: string[] } {
+export function openUrls(host: string, port: number, scheme: 'http' | 'https' = 'http'): { local: string; network: string[] } {
   const all = host === '0.0.0.0' || host === '::';
   const network = all
     ? Object.values(networkInterfaces())
         .flat()
         .filter((a) => a && a.family === 'IPv4' && !a.internal)
-        .map((a) => `http://${a!.address}:${port}`)
+        .map((a) => `${scheme}://${a!.address}:${port}`)
     : [];
-  return { local: `http://${all ? 'localhost' : host}:${port}`, network };
+  return { local: `${scheme}://${all ? 'localhost' : host}:${port}`, network };
 }
 
 /** The start-up lines: the run, the address to open, the dashboard's, and what other machines can open. */
-export function startupLines(app: App, host: string, port: number, statusSeconds: number): string[] {
+export function startupLines(app: App, host: string, port: number, statusSeconds: number, scheme: 'http' | 'https' = 'http'): string[] {
   const { run } = app.coordinator;
-  const { local, network } = openUrls(host, port);
+  const { local, network } = openUrls(host, port, scheme);
   const lines = [
     `Train at Home: run "${run.name}" (${run.preset}, ${run.stages} stages) is up.`,
     `  Open ${local} in a browser and press Join to train; the dashboard is ${local}/dashboard.`,
   ];
-  if (network.length) lines.push(`  From other machines: ${network.join(', ')} (browsers give WebGPU only to https or localhost; there a tab trains on WASM).`);
+  if (network.length)
+    lines.push(
+      `  From other machines: ${network.join(', ')}${scheme === 'https' ? '' : ' (browsers give WebGPU only to https or localhost: there a tab trains on WASM; --tls-cert and --tls-key serve https)'}.`,
+    );
   lines.push(`  ${statusSeconds > 0 ? `A status line follows every ${span(statusSeconds * 1000)}; ` : ''}Ctrl-C stops the coordinator.`);
   return lines;
 }

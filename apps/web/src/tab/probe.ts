@@ -81,7 +81,7 @@ export async function probeBackends(
     onProgress(backend, done++, steps);
     if (!tf.findBackendFactory(backend)) {
       const insecure = backend === 'webgpu' && !globalThis.isSecureContext;
-      results.push({ backend, error: insecure ? 'WebGPU needs a secure context (https or localhost)' : 'not available in this browser' });
+      results.push({ backend, error: insecure ? 'WebGPU needs a secure context: open this run at its https:// address (the coordinator serves one with --tls-cert), or at localhost on the coordinator\'s own machine' : 'not available in this browser' });
       continue;
     }
     try {
