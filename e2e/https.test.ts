@@ -53,7 +53,7 @@ function getJson(cert: Buffer, path: string): Promise<any> {
 }
 
 describe('HTTPS', () => {
-  it('the coordinator serves its pages over HTTPS with a certificate; a tab opened at a non-localhost address is a secure context and trains on WebGPU; its local miner comes in through the loopback door', { timeout: 300_000 }, async () => {
+  it('the coordinator serves its pages over HTTPS with a certificate; a tab opened at a non-localhost address is a secure context and gets WebGPU; its local miner comes in through the loopback door', { timeout: 300_000 }, async () => {
     // A self-signed certificate for the namespace's address, and its public key's SHA-256 (what Chromium pins).
     const [cert, key] = [join(dir, 'cert.pem'), join(dir, 'key.pem')];
     execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', cert, '-days', '2', '-subj', `/CN=${HOST}`, '-addext', `subjectAltName=IP:${HOST}`], { stdio: 'ignore' });

@@ -213,8 +213,9 @@ const status =
 status?.unref();
 // By default one per stage of the run (the stored run's layout wins over --stages).
 // Over HTTPS they come in through a plain door on 127.0.0.1, which no certificate names (tls-loopback.ts).
-const door = tls ? await loopbackDoor(port, tls.cert) : undefined;
-app.localMiners.start(door?.url ?? `http://${values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
+const ownHost = values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host!;
+const door = tls ? await loopbackDoor(ownHost, port, tls.cert) : undefined;
+app.localMiners.start(door?.url ?? `http://${ownHost}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     clearInterval(status);
