@@ -1,5 +1,4 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +7,7 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { buildApp, type App, type AppOptions } from '../server/src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
+import { freePort } from '@train-at-home/testkit/ports';
 
 /** The namespace address scripts/test-e2e.sh gives the coordinator (and the browsers' side of the veth). */
 export const HOST = process.env.E2E_HOST ?? '';
@@ -30,14 +30,6 @@ export const E2E_RUN = {
   merge: { every: 10 },
 } as const satisfies AppOptions['run'];
 
-/** A port free on the namespace's address now (the coordinator's domain names it before it listens). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /**
  * A coordinator serving the built web app and the training data, on the namespace's address. Its
@@ -46,7 +38,7 @@ async function freePort(): Promise<number> {
  */
 export async function startCoordinator(run: AppOptions['run']): Promise<{ app: App; url: string }> {
   prepareData({ outDir: DATA_DIR, vocabSize: 320 });
-  const port = await freePort();
+  const port = await freePort(HOST);
   const app = await buildApp({ database: await testDatabase(), run, webRoot: WEB_ROOT, dataRoot: DATA_DIR, rewards: { domain: `${HOST}:${port}` } });
   await app.fastify.listen({ port, host: HOST });
   return { app, url: `http://${HOST}:${port}` };

@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +7,7 @@ import { initNodeBackend } from '@train-at-home/model/node';
 import type { Miner } from '@train-at-home/swarm';
 import { afterAll, describe, expect, it } from 'vitest';
 import { localMiner } from '@train-at-home/testkit/miner-processes';
+import { freePort } from '@train-at-home/testkit/ports';
 
 /**
  * The coordinator's command line as an operator runs it (server/src/main.ts, what `npm start` ends in), on the
@@ -41,13 +41,6 @@ function defaults(): NodeJS.ProcessEnv {
   return env;
 }
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 describe("the coordinator's command line", () => {
   it('says where to open the run, prints a status line a minute (here every 10 s) and no line per request, and stops cleanly, saying so', async () => {

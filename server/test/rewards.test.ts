@@ -8,7 +8,7 @@ import { claimRewards, linkPayout, register, RewardsApiError } from '@train-at-h
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { io as connect, type Socket } from 'socket.io-client';
@@ -20,6 +20,7 @@ import { runStartMs } from '../src/ledger/queries';
 import { settleEpoch, type SettlementInput } from '../src/ledger/settle';
 import { buildSettlement, testMiners } from '@train-at-home/testkit/settlements';
 import { recordMicrobatch } from '@train-at-home/testkit/work';
+import { freePort } from '@train-at-home/testkit/ports';
 
 /**
  * Rewards for wallet holders, against a real coordinator on the test database
@@ -72,14 +73,6 @@ async function serializableCoordinator(): Promise<{ app: App; url: string }> {
   return target;
 }
 
-/** A port free on loopback now: a coordinator whose domain names its own address is built before it listens. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 beforeAll(async () => {
   await cryptoReady();
