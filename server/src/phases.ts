@@ -1,3 +1,5 @@
+// One file over 400 lines, not yet split by role: the phase machine (trigger, ready window, go, reports, close) is one
+// state per stage that every step reads and writes; issue 40 splits it along with the run state it queries.
 import { PROTOCOL_VERSION, ProtocolError, type ClientMessage, type MergeGo } from '@train-at-home/protocol';
 import { partitionMap } from '@train-at-home/swarm/partition';
 import { randomInt } from 'node:crypto';

@@ -114,7 +114,7 @@ export class ScaleOut {
       if (!lease.held || !this.probeAnswers) return ack(null);
       this.probeAnswers(p.probeId, p.minerId, new Uint8Array(p.bytes)).then(
         () => ack({ ok: true }),
-        (e: unknown) => ack(e instanceof ProbeError ? { ok: false, code: e.code, message: e.message.replace(`${e.code}: `, '') } : { ok: false, code: 'NO_SUCH_PROBE', message: 'the validator could not take this answer' }),
+        (e: unknown) => ack(e instanceof ProbeError ? { ok: false, code: e.code, message: e.detail } : { ok: false, code: 'NO_SUCH_PROBE', message: 'the validator could not take this answer' }),
       );
     });
     c.phases.remote = {
@@ -141,7 +141,7 @@ export class ScaleOut {
       else await this.c.phases.onMerged(call.minerId, call.msg, call.arrived);
       return { ok: true };
     } catch (e) {
-      if (e instanceof ProtocolError) return { ok: false, code: e.code, message: e.message.replace(`${e.code}: `, '') };
+      if (e instanceof ProtocolError) return { ok: false, code: e.code, message: e.detail };
       this.c.log.error({ err: e }, 'a merge answer from another process failed');
       return { ok: false, code: 'OUT_OF_PHASE', message: 'the coordinator could not take this answer' };
     }

@@ -252,9 +252,10 @@ export class ProtocolError extends Error {
   override name = 'ProtocolError';
   constructor(
     readonly code: ProtocolErrorCode,
-    message: string,
+    /** The refusal without its code (what a reply's `message` carries beside `code`). */
+    readonly detail: string,
   ) {
-    super(`${code}: ${message}`);
+    super(`${code}: ${detail}`);
   }
 }
 

@@ -314,7 +314,6 @@ export class Miner {
   }
 
   /** The longest of the recent waits between two transfers (the stage's usual pipeline bubble); 5 s before any. */
-  /** The longest recent gap between microbatches, or 5 s before any was measured. */
   private usualGapMs(): number {
     return this.gaps.length ? Math.max(...this.gaps) : 5_000;
   }

@@ -47,8 +47,8 @@ export function attachRegistration(io: Server, host: HandlerHost, limits = new S
       if (code === 'BAD_SIGNATURE' || state.rejections > MAX_REJECTIONS) socket.disconnect(true);
     };
     const failed = (e: unknown, event: string): { code: string; message: string } => {
-      // The code goes in its own field: a ProtocolError's message starts with it, which the miner printed twice.
-      if (e instanceof ProtocolError) return { code: e.code, message: e.message.startsWith(`${e.code}: `) ? e.message.slice(e.code.length + 2) : e.message };
+      // The code goes in its own field, the message without it (the miner prints them as `${code}: ${message}`).
+      if (e instanceof ProtocolError) return { code: e.code, message: e.detail };
       if (e instanceof FrameRefusal) return { code: e.code, message: e.message };
       host.log.error({ err: e, event }, 'handler failed');
       return { code: 'INTERNAL', message: 'the coordinator could not handle this message' };

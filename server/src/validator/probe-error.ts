@@ -3,8 +3,9 @@ export class ProbeError extends Error {
   override name = 'ProbeError';
   constructor(
     readonly code: 'NO_SUCH_PROBE' | 'NOT_YOUR_PROBE' | 'HASH_MISMATCH' | 'TOO_LARGE',
-    message: string,
+    /** The refusal without its code (what a reply's `message` carries beside `code`). */
+    readonly detail: string,
   ) {
-    super(`${code}: ${message}`);
+    super(`${code}: ${detail}`);
   }
 }
