@@ -147,6 +147,10 @@ describe('a tab on WebGPU', () => {
     // lost cannot be answered by its new process (forfeited RESTARTED, never flagged); nothing skipped or failed.
     expect(Object.values(await byBackend()).flat().filter((a) => !/^(passed|open|replaying|forfeited:RESTARTED)$/.test(a))).toEqual([]);
     expect(await app.db.query(`SELECT miner_id, kind, reason FROM flags`)).toEqual([]);
+    // Both tabs leave the run: the tests below time nothing, but they run programs on this machine's SwiftShader,
+    // which two training tabs and the validator's replay of their every round would share (left open, they trained
+    // through both, 271 s of a fresh-clone CI run).
+    await Promise.all([gpuTab.close(), glTab.close()]);
   });
 });
 

@@ -13,6 +13,7 @@ import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../src/app';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
+import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const layout = { stages: 3, bottleneck: 32, int8: true };
@@ -21,7 +22,7 @@ let url: string;
 const miners: Miner[] = [];
 
 beforeAll(async () => {
-  ({ app, url } = await listeningCoordinator({ name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, warmupSteps: 5 }, merge: { every: 5 } }));
+  ({ app, url } = await listeningCoordinator({ name: 'ckpt', preset: 'tiny', ...layout, training: { batchSize: 8, warmupSteps: 5 }, merge: { every: 5 }, incentives: NO_CHECKS }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
 import { MinerProcesses, lossReports, mean } from '@train-at-home/testkit/miner-processes';
+import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
 
 let app: App;
 let port = 0;
@@ -11,7 +12,7 @@ beforeAll(async () => {
   app = await buildApp({
     database: await testDatabase(),
     silentMs: 5000,
-    run: { name: 'churn', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 16, peakLr: 0.006, warmupSteps: 10, totalSteps: 300 }, merge: { every: 5 } },
+    run: { name: 'churn', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 16, peakLr: 0.006, warmupSteps: 10, totalSteps: 300 }, merge: { every: 5 }, incentives: NO_CHECKS },
   });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });
   port = (app.fastify.server.address() as { port: number }).port;

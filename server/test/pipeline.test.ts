@@ -8,6 +8,7 @@ import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
+import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
 import { SMALL_BOUNDARY } from '../src/run-config';
 
 const config = PRESETS.tiny;
@@ -32,7 +33,7 @@ beforeAll(async () => {
 });
 async function startRun(l: RunLayout): Promise<void> {
   layout = l;
-  app = await buildApp({ database: await testDatabase(), run: { name: 'pipeline', preset: 'tiny', ...layout } });
+  app = await buildApp({ database: await testDatabase(), run: { name: 'pipeline', preset: 'tiny', ...layout, incentives: NO_CHECKS } });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 }
 async function stopRun(): Promise<void> {

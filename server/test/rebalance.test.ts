@@ -2,6 +2,7 @@ import type { Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../src/app';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
+import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
 
 let app: App;
 let url: string;
@@ -9,7 +10,7 @@ const miners: Miner[] = [];
 const logs: string[][] = [];
 
 beforeAll(async () => {
-  ({ app, url } = await listeningCoordinator({ name: 'rebalance', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 8 }, merge: { every: 5 } }));
+  ({ app, url } = await listeningCoordinator({ name: 'rebalance', preset: 'tiny', stages: 3, bottleneck: 32, training: { batchSize: 8 }, merge: { every: 5 }, incentives: NO_CHECKS }));
 });
 afterAll(async () => {
   miners.forEach((m) => m.stop());

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
+import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
 
 const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.meta.url));
 
@@ -29,11 +30,8 @@ beforeAll(async () => {
       bottleneck: 128,
       training: { batchSize: 32, peakLr: 0.006, warmupSteps: 20, totalSteps: TOTAL_STEPS },
       merge: { every: MERGE_EVERY },
-      // This file asks whether the swarm learns and its replicas agree, not whether the validator catches anyone
-      // (adversarial, detectors, audit-deadline): no round is drawn for an audit and no microbatch sampled for a spot
-      // check. With the defaults, the validator's replays of six new replicas' first rounds took the CPU the swarm
-      // trains on: a fresh-clone run's first rounds took 45 s each (20 s later on), and the file 484 s.
-      incentives: { auditRate: 0, unprovenAuditRate: 0, spotCheckRate: 0 },
+      // This file asks whether the swarm learns and its replicas agree, not whether the validator catches anyone.
+      incentives: NO_CHECKS,
     },
   });
   await app.fastify.listen({ port: 0, host: '127.0.0.1' });

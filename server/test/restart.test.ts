@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
 import { MinerProcesses, lossReports, mean } from '@train-at-home/testkit/miner-processes';
+import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
 
 let app: App;
 const miners = new MinerProcesses(() => app);
@@ -37,7 +38,7 @@ describe('coordinator restart', () => {
     const database = await testDatabase(`restart_swarm_${Date.now()}`, dataDir);
     const options = {
       database,
-      run: { name: 'restart', preset: 'tiny' as const, stages: 3, bottleneck: 32, training: { batchSize: 16 }, merge: { every: 5 } },
+      run: { name: 'restart', preset: 'tiny' as const, stages: 3, bottleneck: 32, training: { batchSize: 16 }, merge: { every: 5 }, incentives: NO_CHECKS },
     };
     app = await buildApp(options);
     await app.fastify.listen({ port: 0, host: '127.0.0.1' });
