@@ -21,8 +21,8 @@
  * --max-connections-per-ip N, --requests-per-ip-per-minute N,
  * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N, --trust-proxy addr,…
  * (the load balancers in front: clients are those they forward).
- * The emission clock of a new run (operator-settings.ts; or TAH_EPOCH_SECONDS, …):
- * --epoch-seconds N, --settle-after-seconds N, --hold-epochs N.
+ * The emission clock and audit rates of a new run (operator-settings.ts; or TAH_EPOCH_SECONDS, …):
+ * --epoch-seconds N, --settle-after-seconds N, --hold-epochs N, --audit-rate P, --unproven-audit-rate P.
  * --data DIR (or TAH_DATA): a new run trains on the dataset prepared there (prepare-data --input … --name NAME), served
  * from its folder's parent; its vocabulary must be the preset's. By default, the shipped corpora's under ./data.
  * DATABASE_URL and REDIS_URL together: scale-out mode, several processes serving one run
@@ -43,7 +43,7 @@ import { buildApp } from './app';
 import { startupLines, statusLine } from './operator-status';
 import { loopbackDoor } from './tls-loopback';
 import { LOCAL_INCENTIVES } from './run-config';
-import { EMISSION_FLAGS, OPERATOR_FLAGS, SettingError, emissionSettings, operatorSettings } from './operator-settings';
+import { INCENTIVE_FLAGS, OPERATOR_FLAGS, SettingError, incentiveSettings, operatorSettings } from './operator-settings';
 
 const { values } = parseArgs({
   options: {
@@ -68,9 +68,11 @@ const { values } = parseArgs({
     'heartbeat-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['heartbeat-ms']] },
     'silent-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['silent-ms']] },
     'trust-proxy': { type: 'string', default: process.env[OPERATOR_FLAGS['trust-proxy']] },
-    'epoch-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['epoch-seconds']] },
-    'settle-after-seconds': { type: 'string', default: process.env[EMISSION_FLAGS['settle-after-seconds']] },
-    'hold-epochs': { type: 'string', default: process.env[EMISSION_FLAGS['hold-epochs']] },
+    'epoch-seconds': { type: 'string', default: process.env[INCENTIVE_FLAGS['epoch-seconds']] },
+    'settle-after-seconds': { type: 'string', default: process.env[INCENTIVE_FLAGS['settle-after-seconds']] },
+    'hold-epochs': { type: 'string', default: process.env[INCENTIVE_FLAGS['hold-epochs']] },
+    'audit-rate': { type: 'string', default: process.env[INCENTIVE_FLAGS['audit-rate']] },
+    'unproven-audit-rate': { type: 'string', default: process.env[INCENTIVE_FLAGS['unproven-audit-rate']] },
     'tls-cert': { type: 'string', default: process.env.TAH_TLS_CERT || undefined },
     'tls-key': { type: 'string', default: process.env.TAH_TLS_KEY || undefined },
     'log-level': { type: 'string', default: process.env.LOG_LEVEL || 'warn' },
@@ -105,9 +107,15 @@ if (!Number.isSafeInteger(statusSeconds) || statusSeconds < 0) {
 }
 
 let operator: ReturnType<typeof operatorSettings>;
-let emission: ReturnType<typeof emissionSettings>;
+let incentives: ReturnType<typeof incentiveSettings>;
 try {
-  emission = emissionSettings({ epochSeconds: values['epoch-seconds'], settleAfterSeconds: values['settle-after-seconds'], holdEpochs: values['hold-epochs'] });
+  incentives = incentiveSettings({
+    epochSeconds: values['epoch-seconds'],
+    settleAfterSeconds: values['settle-after-seconds'],
+    holdEpochs: values['hold-epochs'],
+    auditRate: values['audit-rate'],
+    unprovenAuditRate: values['unproven-audit-rate'],
+  });
   operator = operatorSettings({
     maxConnectionsPerIp: values['max-connections-per-ip'],
     requestsPerIpPerMinute: values['requests-per-ip-per-minute'],
@@ -172,8 +180,8 @@ const app = await buildApp({
     ...(values.bottleneck ? { bottleneck: Number(values.bottleneck) } : {}),
     ...(values.codec ? { codec: values.codec as Precision } : {}),
     // One person on their own machine sees a settled epoch in minutes; a hosted run keeps hour-long epochs.
-    // The operator's emission clock, if given, over either.
-    incentives: { ...(localMiners !== 0 ? LOCAL_INCENTIVES : {}), ...emission },
+    // The operator's emission clock and audit rates, if given, over either.
+    incentives: { ...(localMiners !== 0 ? LOCAL_INCENTIVES : {}), ...incentives },
   },
   rewards: { domain: values.domain ?? `localhost:${values.port}` },
   network: {

@@ -45,32 +45,46 @@ export const OPERATOR_FLAGS = {
 } as const;
 
 /**
- * The emission clock of a run this process starts (a stored run keeps the one it started with): how long an
- * epoch is, how long after its window ends it is settled, and how many epochs after it its earnings wait for
- * (run-config.ts, IncentiveSettings):
+ * The emission clock and audit rates of a run this process starts (a stored run keeps the ones it started with):
+ * how long an epoch is, how long after its window ends it is settled, how many epochs after it its earnings wait
+ * for, and the share of rounds drawn for a whole-round audit (run-config.ts, IncentiveSettings):
  *   --epoch-seconds N                   TAH_EPOCH_SECONDS          (an hour by default; two minutes with local miners)
  *   --settle-after-seconds N            TAH_SETTLE_AFTER_SECONDS   (ten minutes; one with local miners)
  *   --hold-epochs N                     TAH_HOLD_EPOCHS            (2; none with local miners)
+ *   --audit-rate P                      TAH_AUDIT_RATE             (0.2: a proven replica's rounds drawn)
+ *   --unproven-audit-rate P             TAH_UNPROVEN_AUDIT_RATE    (1: every round of a replica not yet proven; with local miners, the audit rate)
  */
-export interface EmissionInput {
+export interface IncentiveInput {
   epochSeconds?: string;
   settleAfterSeconds?: string;
   holdEpochs?: string;
+  auditRate?: string;
+  unprovenAuditRate?: string;
 }
 
-export const EMISSION_FLAGS = {
+export const INCENTIVE_FLAGS = {
   'epoch-seconds': 'TAH_EPOCH_SECONDS',
   'settle-after-seconds': 'TAH_SETTLE_AFTER_SECONDS',
   'hold-epochs': 'TAH_HOLD_EPOCHS',
+  'audit-rate': 'TAH_AUDIT_RATE',
+  'unproven-audit-rate': 'TAH_UNPROVEN_AUDIT_RATE',
 } as const;
 
-/** The emission clock an operator set for a new run: only what was given, each checked. */
-export function emissionSettings(input: EmissionInput): Partial<Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs' | 'holdEpochs'>> {
+/** The emission clock and audit rates an operator set for a new run: only what was given, each checked. */
+export function incentiveSettings(input: IncentiveInput): Partial<Pick<IncentiveSettings, 'epochMs' | 'settleAfterMs' | 'holdEpochs' | 'auditRate' | 'unprovenAuditRate'>> {
   return {
     ...(input.epochSeconds !== undefined ? { epochMs: 1000 * whole('epoch-seconds', input.epochSeconds, 10, 7 * 86_400) } : {}),
     ...(input.settleAfterSeconds !== undefined ? { settleAfterMs: 1000 * whole('settle-after-seconds', input.settleAfterSeconds, 0, 86_400) } : {}),
     ...(input.holdEpochs !== undefined ? { holdEpochs: whole('hold-epochs', input.holdEpochs, 0, 100) } : {}),
+    ...(input.auditRate !== undefined ? { auditRate: share('audit-rate', input.auditRate) } : {}),
+    ...(input.unprovenAuditRate !== undefined ? { unprovenAuditRate: share('unproven-audit-rate', input.unprovenAuditRate) } : {}),
   };
+}
+
+/** A share of rounds: a decimal from 0 (none drawn) to 1 (every one). */
+function share(setting: string, raw: string): number {
+  if (!/^(0|1|0?\.[0-9]+|1\.0*)$/.test(raw.trim())) throw new SettingError(setting, `must be a share of rounds from 0 to 1 (0.05: one round in twenty), not ${JSON.stringify(raw)}`);
+  return Number(raw);
 }
 
 function whole(setting: string, raw: string, min: number, max: number): number {

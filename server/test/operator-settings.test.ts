@@ -7,7 +7,7 @@ import { io as connect } from 'socket.io-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
-import { SettingError, emissionSettings, operatorSettings } from '../src/operator-settings';
+import { SettingError, incentiveSettings, operatorSettings } from '../src/operator-settings';
 
 const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
 const TSX = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
@@ -55,14 +55,18 @@ describe("the operator's settings", () => {
     expect(refused({ trustProxy: ' , ' })).toBe('trust-proxy');
   });
 
-  it("reads a new run's emission clock, and refuses a bad one by name", () => {
-    expect(emissionSettings({})).toEqual({});
-    expect(emissionSettings({ epochSeconds: '600', settleAfterSeconds: '0', holdEpochs: '1' })).toEqual({ epochMs: 600_000, settleAfterMs: 0, holdEpochs: 1 });
-    const refused = (input: Parameters<typeof emissionSettings>[0]): string => refusedBy(emissionSettings, input);
+  it("reads a new run's emission clock and audit rates, and refuses a bad one by name", () => {
+    expect(incentiveSettings({})).toEqual({});
+    expect(incentiveSettings({ epochSeconds: '600', settleAfterSeconds: '0', holdEpochs: '1' })).toEqual({ epochMs: 600_000, settleAfterMs: 0, holdEpochs: 1 });
+    expect(incentiveSettings({ auditRate: '0.05', unprovenAuditRate: '1' })).toEqual({ auditRate: 0.05, unprovenAuditRate: 1 });
+    expect(incentiveSettings({ auditRate: '0', unprovenAuditRate: '.5' })).toEqual({ auditRate: 0, unprovenAuditRate: 0.5 });
+    const refused = (input: Parameters<typeof incentiveSettings>[0]): string => refusedBy(incentiveSettings, input);
     expect(refused({ epochSeconds: '5' })).toBe('epoch-seconds');
     expect(refused({ epochSeconds: '1h' })).toBe('epoch-seconds');
     expect(refused({ settleAfterSeconds: '-1' })).toBe('settle-after-seconds');
     expect(refused({ holdEpochs: '2.5' })).toBe('hold-epochs');
+    for (const bad of ['1.5', '-0.1', '5%', '', 'NaN', '1e-3']) expect(refused({ auditRate: bad }), bad).toBe('audit-rate');
+    expect(refused({ unprovenAuditRate: '2' })).toBe('unproven-audit-rate');
   });
 
   it('tells each miner the heartbeat interval when it registers', async () => {

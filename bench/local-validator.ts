@@ -1,0 +1,170 @@
+/**
+ * bench/local-validator: how much of a newcomer's machine the validator takes in a local run, at each audit rate.
+ *
+ * For each rate in BENCH_AUDIT_RATES (default "0.2,0.05": the local default before this figure, and the one chosen
+ * from it), a local run as `npm start` makes it: the coordinator's command line (server/src/main.ts: the default run,
+ * `small` on 3 stages, LOCAL_INCENTIVES, local miners filling the stages nobody holds) on a fresh embedded database,
+ * started with `--audit-rate P --unproven-audit-rate P`, and one Chromium tab that presses Join. Over the first
+ * BENCH_MINUTES (default 10) minutes after the coordinator answers, every 5 s, the CPU time of each process (from
+ * /proc: the validator's own process, the coordinator, the local miners, Chromium) and of the machine. Then, from the
+ * run's database: audits drawn and how they ended, microbatches trained, epochs settled and when the first was.
+ *
+ * `npm run bench:local-validator` (inside its own network namespace, as the browser tests run).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { openDatabase } from '../server/src/db/database';
+import { HOST, launchBrowser, tabView } from '../e2e/lib';
+import { freePort } from '@train-at-home/testkit/ports';
+import { finish, machine } from './lib';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const MAIN = join(ROOT, 'server/src/main.ts');
+const minutes = Number(process.env.BENCH_MINUTES ?? 10);
+const rates = (process.env.BENCH_AUDIT_RATES ?? '0.2,0.05').split(',').map(Number);
+/** Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux). */
+const HZ = 100;
+const SAMPLE_MS = 5_000;
+
+type Group = 'validator' | 'coordinator' | 'localMiners' | 'chromium' | 'other';
+
+/** Each process's CPU ticks (user + system) and what it is, read from /proc. */
+function processes(): Map<number, { ticks: number; group: Group }> {
+  const out = new Map<number, { ticks: number; group: Group }>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      // The fields after the command's name (in parentheses, which may hold spaces): utime and stime are the 12th and 13th.
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const ticks = Number(fields[11]) + Number(fields[12]);
+      const group: Group = cmd.includes('validator/process.ts')
+        ? 'validator'
+        : cmd.includes('server/src/main.ts')
+          ? 'coordinator'
+          : cmd.includes('apps/miner/src/main.ts')
+            ? 'localMiners'
+            : /chromium/.test(cmd)
+              ? 'chromium'
+              : 'other';
+      out.set(Number(name), { ticks, group });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/** The machine's busy and total CPU ticks, all cores (/proc/stat's first line). */
+function machineTicks(): { busy: number; total: number } {
+  const [, ...f] = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/);
+  const n = f.map(Number);
+  const idle = n[3]! + n[4]!;
+  const total = n.slice(0, 8).reduce((a, b) => a + b, 0);
+  return { busy: total - idle, total };
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (!child.pid || child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  process.kill(-child.pid, 'SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+async function measure(rate: number) {
+  const dir = mkdtempSync(join(tmpdir(), 'tah-bench-local-'));
+  const dataDir = join(dir, 'db');
+  const port = await freePort(HOST);
+  const url = `http://${HOST}:${port}`;
+  const coordinator = spawn(process.execPath, ['--import', 'tsx', MAIN, '--port', String(port), '--data-dir', dataDir, '--audit-rate', String(rate), '--unproven-audit-rate', String(rate), '--status-seconds', '0'], {
+    cwd: ROOT,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let log = '';
+  coordinator.stdout!.on('data', (c: Buffer) => (log = (log + c.toString()).slice(-8000)));
+  coordinator.stderr!.on('data', (c: Buffer) => (log = (log + c.toString()).slice(-8000)));
+  const deadline = Date.now() + 180_000;
+  while ((await fetch(`${url}/api/status`).then((r) => r.status, () => 0)) !== 200) {
+    if (Date.now() > deadline || coordinator.exitCode !== null) throw new Error(`the coordinator did not answer: ${log}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  const upAt = Date.now();
+  const browser = await launchBrowser();
+  const tab = await browser.context.newPage();
+  await tab.goto(url);
+  await tab.getByTestId('join').click();
+
+  // CPU ticks per group, summed over every process seen (a process that exits keeps what it used until its last sample).
+  const first = processes();
+  const last = new Map(first);
+  const m0 = machineTicks();
+  let m1 = m0;
+  while (Date.now() - upAt < minutes * 60_000) {
+    await new Promise((r) => setTimeout(r, SAMPLE_MS));
+    for (const [pid, p] of processes()) last.set(pid, p);
+    m1 = machineTicks();
+  }
+  const seconds = (Date.now() - upAt) / 1000;
+  const cpu: Record<Group, number> = { validator: 0, coordinator: 0, localMiners: 0, chromium: 0, other: 0 };
+  for (const [pid, p] of last) cpu[p.group] += (p.ticks - (first.get(pid)?.ticks ?? 0)) / HZ;
+  const view = await tabView(tab);
+  await browser.close();
+  await stop(coordinator);
+  // Its local miners outlive it (a restart takes them over): ended here.
+  try {
+    for (const { pid } of JSON.parse(readFileSync(join(dataDir, 'local-miners.json'), 'utf8')) as Array<{ pid: number }>) process.kill(pid, 'SIGTERM');
+  } catch {
+    // none recorded, or gone
+  }
+
+  const db = await openDatabase({ dataDir });
+  const audits = Object.fromEntries((await db.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM audits GROUP BY status ORDER BY status')).map((r) => [r.status, r.n]));
+  const [trained] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'train_loss'`);
+  const settled = await db.query<{ epoch: number; settled_at: Date }>('SELECT epoch, settled_at FROM settlements ORDER BY epoch');
+  const [flags] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM flags');
+  await db.close();
+  rmSync(dir, { recursive: true, force: true });
+
+  const cores = availableParallelism();
+  const row = {
+    auditRate: rate,
+    unprovenAuditRate: rate,
+    seconds: Math.round(seconds),
+    // Seconds of CPU per second of wall time: 1 is one core busy the whole time.
+    validatorCores: +(cpu.validator / seconds).toFixed(3),
+    validatorShareOfMachine: +(cpu.validator / seconds / cores).toFixed(3),
+    cores: Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, +(v / seconds).toFixed(3)])),
+    machineBusy: +((m1.busy - m0.busy) / (m1.total - m0.total)).toFixed(3),
+    audits,
+    microbatches: trained!.n,
+    tabMicrobatches: view.microbatches,
+    tabBackend: view.backend,
+    epochsSettled: settled.length,
+    firstSettledAfterS: settled[0] ? Math.round((settled[0].settled_at.getTime() - upAt) / 1000) : null,
+    flags: flags!.n,
+  };
+  console.log(JSON.stringify(row));
+  return row;
+}
+
+const runs: Array<Awaited<ReturnType<typeof measure>>> = [];
+for (const rate of rates) runs.push(await measure(rate));
+const at = (rate: number) => runs.find((r) => r.auditRate === rate);
+finish('local-validator', {
+  machine: machine('wasm (Node validator and local miners; the tab on WASM)'),
+  budget: `${minutes} minutes of each local run after the coordinator answered, one Chromium tab joined`,
+  validatorCoresBefore: at(rates[0]!)?.validatorCores,
+  validatorCoresAfter: at(rates.at(-1)!)?.validatorCores,
+  runs,
+});
+process.exit(0);
