@@ -85,13 +85,30 @@ async function measure(rate: number) {
   const dataDir = join(dir, 'db');
   const port = await freePort(HOST);
   const url = `http://${HOST}:${port}`;
-  const coordinator = spawn(process.execPath, ['--import', 'tsx', MAIN, '--port', String(port), '--data-dir', dataDir, '--audit-rate', String(rate), '--unproven-audit-rate', String(rate), '--status-seconds', '0'], {
+  const coordinator = spawn(process.execPath, ['--import', 'tsx', MAIN, '--port', String(port), '--data-dir', dataDir, '--audit-rate', String(rate), '--unproven-audit-rate', String(rate), '--status-seconds', '60'], {
     cwd: ROOT,
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let log = '';
-  coordinator.stdout!.on('data', (c: Buffer) => (log = (log + c.toString()).slice(-8000)));
+  // The operator's status lines, one a minute: what the validator spent its time on, by kind of job.
+  const busy: Array<Record<string, number>> = [];
+  let partial = '';
+  coordinator.stdout!.on('data', (c: Buffer) => {
+    log = (log + c.toString()).slice(-8000);
+    const lines = (partial + c.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      const m = /validator busy (\d+)%(?: \(([^)]*)\))?/.exec(line);
+      if (!m) continue;
+      const row: Record<string, number> = { all: Number(m[1]) / 100 };
+      for (const part of (m[2] ?? '').split(', ').filter(Boolean)) {
+        const [, kind, pct] = /^(.*) (\d+)%$/.exec(part) ?? [];
+        if (kind) row[kind] = Number(pct) / 100;
+      }
+      busy.push(row);
+    }
+  });
   coordinator.stderr!.on('data', (c: Buffer) => (log = (log + c.toString()).slice(-8000)));
   const deadline = Date.now() + 180_000;
   while ((await fetch(`${url}/api/status`).then((r) => r.status, () => 0)) !== 200) {
@@ -132,6 +149,8 @@ async function measure(rate: number) {
   const [trained] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'train_loss'`);
   const settled = await db.query<{ epoch: number; settled_at: Date }>('SELECT epoch, settled_at FROM settlements ORDER BY epoch');
   const [flags] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM flags');
+  const [spot] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM spot_checks');
+  const [heldOut] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'heldout_loss'`);
   await db.close();
   rmSync(dir, { recursive: true, force: true });
 
@@ -145,6 +164,12 @@ async function measure(rate: number) {
     validatorShareOfMachine: +(cpu.validator / seconds / cores).toFixed(3),
     cores: Object.fromEntries(Object.entries(cpu).map(([k, v]) => [k, +(v / seconds).toFixed(3)])),
     machineBusy: +((m1.busy - m0.busy) / (m1.total - m0.total)).toFixed(3),
+    // The validator's time by kind of job, averaged over the run's status lines (one a minute, as the operator reads them).
+    validatorBusyBy: Object.fromEntries(
+      [...new Set(busy.flatMap((b) => Object.keys(b)))].map((k) => [k, +(busy.reduce((a, b) => a + (b[k] ?? 0), 0) / Math.max(1, busy.length)).toFixed(3)]),
+    ),
+    spotChecks: spot!.n,
+    heldOutEvaluations: heldOut!.n,
     audits,
     microbatches: trained!.n,
     tabMicrobatches: view.microbatches,

@@ -63,11 +63,47 @@ export async function statusLine(app: App, windowMs = 60_000): Promise<string> {
     ...(flagged && flagged.n > 0 ? [`${flagged.n} miner flag${flagged.n === 1 ? '' : 's'} raised`] : []),
     ...(app.validator.process.up ? [] : ['the validator is not up (starting, or restarting after it exited)']),
   ];
+  const busy = validatorBusy(app, windowMs);
   return (
     `status: miners by stage ${perStage.join(' / ')}` +
     ` · last ${span(windowMs)} ${microbatches} microbatch${microbatches === 1 ? '' : 'es'}, ${Math.round(tokensPerSec).toLocaleString('en-US')} tokens/s` +
     (trained?.loss != null ? `, loss ${trained.loss.toFixed(3)}` : '') +
     ` · epoch ${epoch}, ${settled?.epoch == null ? 'none settled yet' : `settled through ${settled.epoch}`}` +
+    ` · ${busy}` +
     ` · ${failing.length ? `failing: ${failing.join('; ')}` : 'nothing failing'}`
   );
+}
+
+/** What the operator reads for each kind of validator job. */
+const JOB_WORDS: Partial<Record<keyof App['validator']['process']['busyMs'], string>> = {
+  audit: 'audits',
+  replay: 'spot checks',
+  evaluate: 'held-out loss',
+  generate: 'samples',
+  score: 'scoring',
+};
+
+/** The validator's busy time at the last status line, per app: each line tells the time since the one before. */
+const lastBusy = new WeakMap<App, { at: number; busyMs: Record<string, number> }>();
+
+/**
+ * The share of the time since the last status line (of `windowMs`, for the first) the validator process spent on
+ * its jobs, by kind: "validator busy 43% (audits 10%, spot checks 20%, held-out loss 13%)". A validator that takes a
+ * core on the operator's machine is named, with what it spends it on.
+ */
+export function validatorBusy(app: App, windowMs: number): string {
+  const now = Date.now();
+  const busyMs = { ...app.validator.process.busyMs } as Record<string, number>;
+  const last = lastBusy.get(app) ?? { at: now - windowMs, busyMs: {} };
+  lastBusy.set(app, { at: now, busyMs });
+  const span = Math.max(1, now - last.at);
+  const share = (kind: string): number => ((busyMs[kind] ?? 0) - (last.busyMs[kind] ?? 0)) / span;
+  const kinds = Object.keys(busyMs);
+  const total = kinds.reduce((a, k) => a + share(k), 0);
+  const pct = (x: number): string => `${Math.round(100 * x)}%`;
+  const parts = kinds
+    .filter((k) => share(k) >= 0.005)
+    .sort((a, b) => share(b) - share(a))
+    .map((k) => `${JOB_WORDS[k as keyof typeof JOB_WORDS] ?? k} ${pct(share(k))}`);
+  return `validator busy ${pct(Math.min(1, total))}${parts.length ? ` (${parts.join(', ')})` : ''}`;
 }

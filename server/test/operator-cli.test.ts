@@ -79,7 +79,7 @@ describe("the coordinator's command line", () => {
       // A status line that saw training: both stages held, microbatches and a loss in its window, nothing failing.
       await expect
         .poll(() => (alive(), output), { timeout: 240_000, interval: 1000 })
-        .toMatch(/^status: miners by stage 1 \/ 1 · last 10 s [1-9]\d* microbatch(es)?, [\d,]+ tokens\/s, loss \d+\.\d{3} · epoch \d+, (none settled yet|settled through \d+) · nothing failing$/m);
+        .toMatch(/^status: miners by stage 1 \/ 1 · last 10 s [1-9]\d* microbatch(es)?, [\d,]+ tokens\/s, loss \d+\.\d{3} · epoch \d+, (none settled yet|settled through \d+) · validator busy \d+%( \((audits|spot checks|held-out loss|samples|scoring) \d+%(, (audits|spot checks|held-out loss|samples|scoring) \d+%)*\))? · nothing failing$/m);
     } finally {
       clearInterval(poll);
     }

@@ -59,6 +59,8 @@ describe('the validator process', () => {
     await expect.poll(async () => (await app!.db.query('SELECT epoch FROM settlements')).length, { timeout: 90_000, interval: 500 }).toBeGreaterThanOrEqual(2);
     expect(killed).toBe(2);
     expect(app.validator.process.starts).toBeGreaterThanOrEqual(3);
+    // The time it spent scoring is counted (the operator's status line reads it), the jobs cut short by a kill included.
+    expect(app.validator.process.busyMs.score).toBeGreaterThan(0);
     expect(app.validator.process.pid).not.toBe(process.pid);
 
     const settlements = await app.db.query<{ epoch: number; emission: string; allocated: string; merkle_root: string | null }>(

@@ -33,6 +33,9 @@ interface Pending {
   /** Armed when the process says the job began (`started`). */
   timer?: ReturnType<typeof setTimeout>;
   arm: () => void;
+  kind: ValidatorJob['kind'];
+  /** When the process said it began. */
+  startedAt?: number;
 }
 
 /**
@@ -59,6 +62,11 @@ export class ValidatorProcess {
   private restartMs = VALIDATOR_RESTART_MS;
   /** Called as each job is sent (for operators' metrics, and tests that kill the validator mid-job). */
   onJob?: (kind: ValidatorJob['kind'], pid: number | undefined) => void;
+  /**
+   * Milliseconds the process spent on each kind of job since the coordinator started, from each job's start to its
+   * answer (it runs one at a time: their sum is the time it was busy). The operator's status line reads it.
+   */
+  readonly busyMs: Partial<Record<ValidatorJob['kind'], number>> = {};
   /** How many times the process was (re)started. */
   starts = 0;
 
@@ -102,9 +110,13 @@ export class ValidatorProcess {
       if (typeof m?.id !== 'number') return;
       const p = this.pending.get(m.id);
       if (!p) return;
-      if (m.started) return p.arm();
+      if (m.started) {
+        p.startedAt = Date.now();
+        return p.arm();
+      }
       this.pending.delete(m.id);
       clearTimeout(p.timer);
+      if (p.startedAt !== undefined) this.busyMs[p.kind] = (this.busyMs[p.kind] ?? 0) + Date.now() - p.startedAt;
       if (m.ok) p.resolve(m.result);
       else p.reject(new ValidatorError((m.error?.code ?? 'BAD_JOB') as ValidatorError['code'], m.error?.message ?? 'failed'));
     });
@@ -114,6 +126,7 @@ export class ValidatorProcess {
       this.release?.();
       for (const [id, p] of this.pending) {
         clearTimeout(p.timer);
+        if (p.startedAt !== undefined) this.busyMs[p.kind] = (this.busyMs[p.kind] ?? 0) + Date.now() - p.startedAt;
         p.reject(
           this.closed
             ? new ValidatorError('VALIDATOR_CLOSED', `the validator was stopped with the coordinator during job ${id}`)
@@ -137,6 +150,7 @@ export class ValidatorProcess {
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
       const p: Pending = {
+        kind: job.kind,
         resolve: resolve as (v: unknown) => void,
         reject,
         arm: () => {
