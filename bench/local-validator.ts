@@ -145,7 +145,9 @@ async function measure(rate: number) {
   }
 
   const db = await openDatabase({ dataDir });
-  const audits = Object.fromEntries((await db.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM audits GROUP BY status ORDER BY status')).map((r) => [r.status, r.n]));
+  const audits = Object.fromEntries(
+    (await db.query<{ status: string; n: number }>(`SELECT status || coalesce(':' || reason, '') AS status, count(*)::int AS n FROM audits GROUP BY 1 ORDER BY 1`)).map((r) => [r.status, r.n]),
+  );
   const [trained] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'train_loss'`);
   const settled = await db.query<{ epoch: number; settled_at: Date }>('SELECT epoch, settled_at FROM settlements ORDER BY epoch');
   const [flags] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM flags');
