@@ -1,13 +1,15 @@
 /**
- * bench/local-validator: how much of a newcomer's machine the validator takes in a local run, at each audit rate.
+ * bench/local-validator: how much of a newcomer's machine the validator takes in a local run, and on what.
  *
- * For each rate in BENCH_AUDIT_RATES (default "0.2,0.05": the local default before this figure, and the one chosen
- * from it), a local run as `npm start` makes it: the coordinator's command line (server/src/main.ts: the default run,
- * `small` on 3 stages, LOCAL_INCENTIVES, local miners filling the stages nobody holds) on a fresh embedded database,
- * started with `--audit-rate P --unproven-audit-rate P`, and one Chromium tab that presses Join. Over the first
- * BENCH_MINUTES (default 10) minutes after the coordinator answers, every 5 s, the CPU time of each process (from
- * /proc: the validator's own process, the coordinator, the local miners, Chromium) and of the machine. Then, from the
- * run's database: audits drawn and how they ended, microbatches trained, epochs settled and when the first was.
+ * For each configuration in BENCH_CONFIGS (name=coordinator flags, ';' between; by default "before", the local
+ * settings before this figure: audits at 0.2, held-out loss every 30 s; and "after", the command line's local
+ * defaults now), a local run as `npm start` makes it: the coordinator's command line (server/src/main.ts: the default
+ * run, `small` on 3 stages, LOCAL_INCENTIVES, local miners filling the stages nobody holds) on a fresh embedded
+ * database, and one Chromium tab that presses Join. Over the first BENCH_MINUTES (default 10) minutes after the
+ * coordinator answers, every 5 s, the CPU time of each process (from /proc: the validator's own process, the
+ * coordinator, the local miners, Chromium) and of the machine; each minute the operator's status line, which says
+ * what the validator spent its time on. Then, from the run's database: audits drawn and how they ended, spot checks,
+ * held-out evaluations, microbatches trained, epochs settled and when the first was.
  *
  * `npm run bench:local-validator` (inside its own network namespace, as the browser tests run).
  */
@@ -24,7 +26,12 @@ import { finish, machine } from './lib';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const MAIN = join(ROOT, 'server/src/main.ts');
 const minutes = Number(process.env.BENCH_MINUTES ?? 10);
-const rates = (process.env.BENCH_AUDIT_RATES ?? '0.2,0.05').split(',').map(Number);
+const configs = (process.env.BENCH_CONFIGS ?? 'before=--audit-rate 0.2 --unproven-audit-rate 0.2 --evaluate-seconds 30;after=')
+  .split(';')
+  .map((c) => {
+    const [name, flags = ''] = c.split('=');
+    return { name: name!.trim(), flags: flags.split(' ').filter(Boolean) };
+  });
 /** Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux). */
 const HZ = 100;
 const SAMPLE_MS = 5_000;
@@ -80,12 +87,12 @@ async function stop(child: ChildProcess): Promise<void> {
   }
 }
 
-async function measure(rate: number) {
+async function measure({ name, flags }: { name: string; flags: string[] }) {
   const dir = mkdtempSync(join(tmpdir(), 'tah-bench-local-'));
   const dataDir = join(dir, 'db');
   const port = await freePort(HOST);
   const url = `http://${HOST}:${port}`;
-  const coordinator = spawn(process.execPath, ['--import', 'tsx', MAIN, '--port', String(port), '--data-dir', dataDir, '--audit-rate', String(rate), '--unproven-audit-rate', String(rate), '--status-seconds', '60'], {
+  const coordinator = spawn(process.execPath, ['--import', 'tsx', MAIN, '--port', String(port), '--data-dir', dataDir, ...flags, '--status-seconds', '60'], {
     cwd: ROOT,
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -150,7 +157,7 @@ async function measure(rate: number) {
   );
   const [trained] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'train_loss'`);
   const settled = await db.query<{ epoch: number; settled_at: Date }>('SELECT epoch, settled_at FROM settlements ORDER BY epoch');
-  const [flags] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM flags');
+  const [flagged] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM flags');
   const [spot] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM spot_checks');
   const [heldOut] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM metrics WHERE name = 'heldout_loss'`);
   await db.close();
@@ -158,8 +165,8 @@ async function measure(rate: number) {
 
   const cores = availableParallelism();
   const row = {
-    auditRate: rate,
-    unprovenAuditRate: rate,
+    name,
+    flags: flags.join(' '),
     seconds: Math.round(seconds),
     // Seconds of CPU per second of wall time: 1 is one core busy the whole time.
     validatorCores: +(cpu.validator / seconds).toFixed(3),
@@ -178,20 +185,19 @@ async function measure(rate: number) {
     tabBackend: view.backend,
     epochsSettled: settled.length,
     firstSettledAfterS: settled[0] ? Math.round((settled[0].settled_at.getTime() - upAt) / 1000) : null,
-    flags: flags!.n,
+    flagsRaised: flagged!.n,
   };
   console.log(JSON.stringify(row));
   return row;
 }
 
 const runs: Array<Awaited<ReturnType<typeof measure>>> = [];
-for (const rate of rates) runs.push(await measure(rate));
-const at = (rate: number) => runs.find((r) => r.auditRate === rate);
+for (const config of configs) runs.push(await measure(config));
 finish('local-validator', {
   machine: machine('wasm (Node validator and local miners; the tab on WASM)'),
   budget: `${minutes} minutes of each local run after the coordinator answered, one Chromium tab joined`,
-  validatorCoresBefore: at(rates[0]!)?.validatorCores,
-  validatorCoresAfter: at(rates.at(-1)!)?.validatorCores,
+  validatorCoresBefore: runs[0]?.validatorCores,
+  validatorCoresAfter: runs.at(-1)?.validatorCores,
   runs,
 });
 process.exit(0);

@@ -55,6 +55,12 @@ export interface AppOptions {
   tls?: { cert: string | Buffer; key: string | Buffer };
   /** Budgets of socket events per connection and per miner (socket/rate-limits.ts). */
   socketRates?: Partial<SocketRates>;
+  /**
+   * How often, at most, the validator measures the merged model's held-out loss and writes a sample of its text
+   * (validator/index.ts, EVALUATE_EVERY_MS by default): each is a forward pass over the held-out batches through
+   * every stage, on the coordinator's machine.
+   */
+  evaluateEveryMs?: number;
   /** The dashboard's live feed: how often viewers get an update. */
   dashboard?: { pushMs?: number };
   /** STUN and TURN servers, the TURN secret and the coordinator's frame relay (network.ts); none, and the relay off, by default. */
@@ -220,6 +226,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   }
   // (In scale-out mode the others' miners are active: those of a process that died are dropped by the lease holder's sweep.)
   const validator = new Validator(coordinator, options.dataRoot);
+  if (options.evaluateEveryMs !== undefined) validator.evaluateEveryMs = options.evaluateEveryMs;
   const localMiners = new LocalMiners(coordinator, { ...DEFAULT_LOCAL_MINERS, ...options.localMiners });
   await fastify.register(statusRoutes, { coordinator, localMiners });
   await fastify.register(checkpointRoutes, { coordinator });

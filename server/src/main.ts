@@ -20,7 +20,8 @@
  * Limits and timings (operator-settings.ts; or the TAH_… variables named there):
  * --max-connections-per-ip N, --requests-per-ip-per-minute N,
  * --socket-rates event=max/ms,…, --heartbeat-ms N, --silent-ms N, --trust-proxy addr,…
- * (the load balancers in front: clients are those they forward).
+ * (the load balancers in front: clients are those they forward), --evaluate-seconds N (held-out loss at most this
+ * often: 30 s, or LOCAL_EVALUATE_EVERY_MS with local miners).
  * The emission clock and audit rates of a new run (operator-settings.ts; or TAH_EPOCH_SECONDS, …):
  * --epoch-seconds N, --settle-after-seconds N, --hold-epochs N, --audit-rate P, --unproven-audit-rate P.
  * --data DIR (or TAH_DATA): a new run trains on the dataset prepared there (prepare-data --input … --name NAME), served
@@ -42,7 +43,7 @@ import { DATA_DIR } from '@train-at-home/model/node';
 import { buildApp } from './app';
 import { startupLines, statusLine } from './operator-status';
 import { loopbackDoor } from './tls-loopback';
-import { LOCAL_INCENTIVES } from './run-config';
+import { LOCAL_EVALUATE_EVERY_MS, LOCAL_INCENTIVES } from './run-config';
 import { INCENTIVE_FLAGS, OPERATOR_FLAGS, SettingError, incentiveSettings, operatorSettings } from './operator-settings';
 
 const { values } = parseArgs({
@@ -68,6 +69,7 @@ const { values } = parseArgs({
     'heartbeat-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['heartbeat-ms']] },
     'silent-ms': { type: 'string', default: process.env[OPERATOR_FLAGS['silent-ms']] },
     'trust-proxy': { type: 'string', default: process.env[OPERATOR_FLAGS['trust-proxy']] },
+    'evaluate-seconds': { type: 'string', default: process.env[OPERATOR_FLAGS['evaluate-seconds']] },
     'epoch-seconds': { type: 'string', default: process.env[INCENTIVE_FLAGS['epoch-seconds']] },
     'settle-after-seconds': { type: 'string', default: process.env[INCENTIVE_FLAGS['settle-after-seconds']] },
     'hold-epochs': { type: 'string', default: process.env[INCENTIVE_FLAGS['hold-epochs']] },
@@ -123,6 +125,7 @@ try {
     heartbeatMs: values['heartbeat-ms'],
     silentMs: values['silent-ms'],
     trustProxy: values['trust-proxy'],
+    evaluateSeconds: values['evaluate-seconds'],
   });
 } catch (e) {
   if (!(e instanceof SettingError)) throw e;
@@ -167,6 +170,8 @@ console.log(
     `${process.env.DATABASE_URL ? 'the PostgreSQL server at DATABASE_URL' : `the embedded database in ${values['data-dir']}`}, then the validator (seconds)…`,
 );
 const app = await buildApp({
+  // On one's own machine the validator shares the cores the tab and local miners train on: held-out loss less often.
+  ...(localMiners !== 0 ? { evaluateEveryMs: LOCAL_EVALUATE_EVERY_MS } : {}),
   ...operator,
   logger: { level: logLevel },
   ...(tls ? { tls } : {}),

@@ -25,6 +25,7 @@ export class SettingError extends Error {
  *   --heartbeat-ms N                    TAH_HEARTBEAT_MS   (told to miners when they register)
  *   --silent-ms N                       TAH_SILENT_MS      (default: 7.5 heartbeats, at least 15 s)
  *   --trust-proxy addr,…                TAH_TRUST_PROXY    (the load balancers' addresses or CIDRs, or loopback)
+ *   --evaluate-seconds N                TAH_EVALUATE_SECONDS (held-out loss and a sample at most this often: 30 s; two minutes with local miners)
  */
 export interface OperatorInput {
   maxConnectionsPerIp?: string;
@@ -33,6 +34,7 @@ export interface OperatorInput {
   heartbeatMs?: string;
   silentMs?: string;
   trustProxy?: string;
+  evaluateSeconds?: string;
 }
 
 export const OPERATOR_FLAGS = {
@@ -42,6 +44,7 @@ export const OPERATOR_FLAGS = {
   'heartbeat-ms': 'TAH_HEARTBEAT_MS',
   'silent-ms': 'TAH_SILENT_MS',
   'trust-proxy': 'TAH_TRUST_PROXY',
+  'evaluate-seconds': 'TAH_EVALUATE_SECONDS',
 } as const;
 
 /**
@@ -124,7 +127,7 @@ export function parseTrustedProxies(raw: string): string[] {
 }
 
 /** What the operator's settings make of the app's options. */
-export function operatorSettings(input: OperatorInput): Pick<AppOptions, 'http' | 'socketRates' | 'heartbeatMs' | 'silentMs'> {
+export function operatorSettings(input: OperatorInput): Pick<AppOptions, 'http' | 'socketRates' | 'heartbeatMs' | 'silentMs' | 'evaluateEveryMs'> {
   const http: Partial<HttpLimits> = {};
   if (input.maxConnectionsPerIp !== undefined) http.maxConnectionsPerIp = whole('max-connections-per-ip', input.maxConnectionsPerIp, 1, 1_000_000);
   if (input.requestsPerIpPerMinute !== undefined) http.requestsPerIpPerMinute = whole('requests-per-ip-per-minute', input.requestsPerIpPerMinute, 1, 10_000_000);
@@ -132,5 +135,11 @@ export function operatorSettings(input: OperatorInput): Pick<AppOptions, 'http' 
   const heartbeatMs = input.heartbeatMs === undefined ? DEFAULT_HEARTBEAT_MS : whole('heartbeat-ms', input.heartbeatMs, 500, 60_000);
   const silentMs = input.silentMs === undefined ? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * heartbeatMs) : whole('silent-ms', input.silentMs, 1000, 3_600_000);
   if (silentMs < 2 * heartbeatMs) throw new SettingError('silent-ms', `must be at least two heartbeats (${2 * heartbeatMs} ms): a miner would be dropped between two of its heartbeats`);
-  return { http, socketRates: input.socketRates === undefined ? {} : parseSocketRates(input.socketRates), heartbeatMs, silentMs };
+  return {
+    http,
+    socketRates: input.socketRates === undefined ? {} : parseSocketRates(input.socketRates),
+    heartbeatMs,
+    silentMs,
+    ...(input.evaluateSeconds !== undefined ? { evaluateEveryMs: 1000 * whole('evaluate-seconds', input.evaluateSeconds, 5, 86_400) } : {}),
+  };
 }

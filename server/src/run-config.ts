@@ -141,6 +141,13 @@ export const LOCAL_INCENTIVES: Pick<IncentiveSettings, 'epochMs' | 'settleAfterM
   unprovenAuditRate: DEFAULT_INCENTIVES.auditRate,
 };
 
+/**
+ * How often, at most, a local run's validator measures held-out loss and writes a sample (AppOptions.evaluateEveryMs;
+ * EVALUATE_EVERY_MS, 30 s, elsewhere): each is a forward pass of 8 batches of 32 windows through every stage, on the
+ * machine the tab and the local miners train on (bench/results/local-validator.json).
+ */
+export const LOCAL_EVALUATE_EVERY_MS = 120_000;
+
 export const DEFAULT_MERGE: MergeSettings = {
   every: 10,
   maxTrainingMs: 120_000,

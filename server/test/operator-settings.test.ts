@@ -53,6 +53,10 @@ describe("the operator's settings", () => {
     expect(refused({ trustProxy: 'balancer.example' })).toBe('trust-proxy');
     expect(refused({ trustProxy: '10.0.0.0/33' })).toBe('trust-proxy');
     expect(refused({ trustProxy: ' , ' })).toBe('trust-proxy');
+    // How often the validator measures held-out loss: whole seconds, at least 5.
+    expect(operatorSettings({ evaluateSeconds: '120' }).evaluateEveryMs).toBe(120_000);
+    expect(operatorSettings({}).evaluateEveryMs).toBeUndefined();
+    for (const bad of ['2', '1.5', 'often']) expect(refused({ evaluateSeconds: bad }), bad).toBe('evaluate-seconds');
   });
 
   it("reads a new run's emission clock and audit rates, and refuses a bad one by name", () => {
