@@ -13,13 +13,13 @@
  *
  * `npm run bench:local-validator` (inside its own network namespace, as the browser tests run).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openDatabase } from '../server/src/db/database';
-import { HOST, launchBrowser, tabView } from '../e2e/lib';
+import { HOST, launchBrowser, stopCoordinator, tabView } from '../e2e/lib';
 import { freePort } from '@train-at-home/testkit/ports';
 import { finish, machine } from './lib';
 
@@ -73,18 +73,6 @@ function machineTicks(): { busy: number; total: number } {
   const idle = n[3]! + n[4]!;
   const total = n.slice(0, 8).reduce((a, b) => a + b, 0);
   return { busy: total - idle, total };
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (!child.pid || child.exitCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  process.kill(-child.pid, 'SIGTERM');
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
-  try {
-    process.kill(-child.pid, 'SIGKILL');
-  } catch {
-    // already gone
-  }
 }
 
 async function measure({ name, flags }: { name: string; flags: string[] }) {
@@ -143,7 +131,7 @@ async function measure({ name, flags }: { name: string; flags: string[] }) {
   for (const [pid, p] of last) cpu[p.group] += (p.ticks - (first.get(pid)?.ticks ?? 0)) / HZ;
   const view = await tabView(tab);
   await browser.close();
-  await stop(coordinator);
+  await stopCoordinator(coordinator);
   // Its local miners outlive it (a restart takes them over): ended here.
   try {
     for (const { pid } of JSON.parse(readFileSync(join(dataDir, 'local-miners.json'), 'utf8')) as Array<{ pid: number }>) process.kill(pid, 'SIGTERM');

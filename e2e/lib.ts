@@ -1,3 +1,4 @@
+import type { ChildProcess } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,6 +43,22 @@ export async function startCoordinator(run: AppOptions['run']): Promise<{ app: A
   const app = await buildApp({ database: await testDatabase(), run, webRoot: WEB_ROOT, dataRoot: DATA_DIR, rewards: { domain: `${HOST}:${port}` } });
   await app.fastify.listen({ port, host: HOST });
   return { app, url: `http://${HOST}:${port}` };
+}
+
+/**
+ * Stops a coordinator started in a process group of its own (its command line, or `npm start`) as Ctrl-C in its
+ * terminal would: npm, the coordinator, its validator and its local miners; killed if still there after 10 s.
+ */
+export async function stopCoordinator(child: ChildProcess | undefined): Promise<void> {
+  if (!child?.pid || child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  process.kill(-child.pid, 'SIGTERM');
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
 }
 
 /** Uncaught errors thrown in any page of a browser launched here, with the page's address, since the last check. */

@@ -7,7 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { PRESETS, encodedBytes, type Precision } from '@train-at-home/model';
 import { SMALL_BOUNDARY } from '../server/src/run-config';
 import type { Page } from 'playwright-core';
-import { HOST, launchBrowser, noPageErrors, screenshot, tabView } from './lib';
+import { HOST, launchBrowser, noPageErrors, screenshot, stopCoordinator, tabView } from './lib';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const PORT = 18_000 + Math.floor(Math.random() * 2000);
@@ -31,19 +31,6 @@ function startCoordinator(command: string[]): ChildProcess {
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
   return child;
-}
-
-/** Stops the coordinator as Ctrl-C in its terminal would: npm, the coordinator, its validator and local miners. */
-async function stopCoordinator(child: ChildProcess | undefined): Promise<void> {
-  if (!child?.pid || child.exitCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  process.kill(-child.pid, 'SIGTERM');
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-  try {
-    process.kill(-child.pid, 'SIGKILL');
-  } catch {
-    // already gone
-  }
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
