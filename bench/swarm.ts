@@ -5,10 +5,14 @@
  *
  *   npm run bench:swarm                  (90 s measured after a 30 s warm-up)
  *   npm run bench:swarm -- --seconds 30
+ *   npm run bench:swarm -- --preset small (the default run's layout: b = 8, int8)
  *
- * Preset: `tiny` (documented reduction: `small` runs ~260 tokens/s per core
- * here, too slow for a swarm of six processes on two cores to say much).
- * CPU time is read from /proc for every miner process (user + system).
+ * Preset: `tiny` by default (documented reduction: `small` runs ~260 tokens/s per core
+ * here, too slow for a swarm of six processes on two cores to say much of speed; its
+ * bytes per token, which do not depend on speed, it measures).
+ * CPU time is read from /proc for every miner process (user + system). What each
+ * miner moved, by kind (traffic.ts), is read from its heartbeats at the start and end
+ * of the measured window: bytes per token it trained, all kinds sent and received.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -17,15 +21,20 @@ import { parseArgs } from 'node:util';
 import { BatchSampler, LocalTrainer, PRESETS } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { join } from 'node:path';
+import { TRAFFIC_KINDS, saneTraffic, trafficBytes, trafficSince, type Traffic, type TrafficKind } from '@train-at-home/protocol';
 import { buildApp } from '../server/src/app';
+import { defaultRunConfig } from '../server/src/run-config';
 import { finish, machine } from './lib';
 
-const { values } = parseArgs({ options: { seconds: { type: 'string', default: '90' }, warmup: { type: 'string', default: '30' } } });
+const { values } = parseArgs({ options: { seconds: { type: 'string', default: '90' }, warmup: { type: 'string', default: '30' }, preset: { type: 'string', default: 'tiny' } } });
 const measureSeconds = Number(values.seconds);
 const warmupSeconds = Number(values.warmup);
-const layout = { stages: 3, bottleneck: 32, int8: true };
-const batchSize = 16;
-const config = PRESETS.tiny;
+const preset = values.preset as 'tiny' | 'small';
+if (preset !== 'tiny' && preset !== 'small') throw new Error(`--preset tiny or small, not ${preset}`);
+const run = defaultRunConfig({ name: 'bench', preset, ...(preset === 'tiny' ? { bottleneck: 32, int8: true } : {}), training: { batchSize: 16, peakLr: preset === 'tiny' ? 0.006 : 0.003, warmupSteps: 10, totalSteps: 100_000 } });
+const layout = { stages: run.stages, bottleneck: run.bottleneck, int8: run.int8, ...(run.codec ? { codec: run.codec } : {}) };
+const batchSize = run.training.batchSize;
+const config = PRESETS[preset];
 const tokensPerMicrobatch = batchSize * config.contextLength;
 const CLOCK_TICKS = 100; // USER_HZ on Linux
 
@@ -55,7 +64,7 @@ local.dispose();
 console.log(`single process: ${localSteps} steps, ${localTokensPerCpuSecond.toFixed(0)} tokens per CPU-second`);
 
 // 2. The swarm: a coordinator here, six miner processes.
-const app = await buildApp({ run: { name: 'bench', preset: 'tiny', ...layout, training: { batchSize, peakLr: 0.006, warmupSteps: 10, totalSteps: 100_000 } } });
+const app = await buildApp({ run });
 await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 const port = (app.fastify.server.address() as { port: number }).port;
 const cli = fileURLToPath(new URL('../apps/miner/src/main.ts', import.meta.url));
@@ -73,11 +82,31 @@ const sentBytes = (): Promise<number> =>
   app.db.query<{ b: number }>(`SELECT coalesce(sum(bytes), 0)::float8 AS b FROM receipts WHERE reporter = from_miner`).then((r) => r[0]!.b);
 await new Promise((r) => setTimeout(r, warmupSeconds * 1000));
 
+// Each miner's own counters, as its latest heartbeat told the coordinator.
+const reports = (): Map<string, { traffic: Traffic; tokens: number }> =>
+  new Map([...app.coordinator.live.miners].filter(([, r]) => r.traffic).map(([id, r]) => [id, { traffic: saneTraffic(r.traffic), tokens: r.trainedTokens ?? 0 }]));
+const stageOf = async (): Promise<Map<string, number>> => new Map((await app.coordinator.stageMap()).flatMap(({ stage, miners }) => miners.map((m) => [m.id, stage] as [string, number])));
 const cpuStart = miners.map((m) => cpuSeconds(m.child.pid!));
-const [lossesStart, bytesStart, relayStart] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes];
+const [lossesStart, bytesStart, relayStart, trafficStart] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes, reports()];
 await new Promise((r) => setTimeout(r, measureSeconds * 1000));
 const cpuEnd = miners.map((m) => cpuSeconds(m.child.pid!));
-const [lossesEnd, bytesEnd, relayEnd] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes];
+const [lossesEnd, bytesEnd, relayEnd, trafficEnd, stages] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes, reports(), await stageOf()];
+const round = (x: number): number => +x.toFixed(2);
+const perKind = [...trafficEnd]
+  .map(([id, end]) => {
+    const start = trafficStart.get(id);
+    const tokens = end.tokens - (start?.tokens ?? 0);
+    if (!start || tokens <= 0) return undefined;
+    const moved = trafficSince(end.traffic, start.traffic);
+    const bytesPerToken = Object.fromEntries(TRAFFIC_KINDS.map((k) => [k, round((moved[k].sent + moved[k].received) / tokens)])) as Record<TrafficKind, number>;
+    const total = trafficBytes(moved) / tokens;
+    const boundary = trafficBytes(moved, ['activation', 'gradient']) / tokens;
+    return { stage: stages.get(id) ?? -1, tokens, bytesPerToken, totalBytesPerToken: round(total), activationBytesPerToken: round(boundary), totalToActivation: round(total / boundary) };
+  })
+  .filter((m) => m !== undefined)
+  .sort((a, b) => a.stage - b.stage);
+const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+for (const m of perKind) console.log(`  miner on stage ${m.stage}: ${m.totalBytesPerToken} B per trained token in all (${m.totalToActivation}x its activations and gradients): ${TRAFFIC_KINDS.filter((k) => m.bytesPerToken[k] > 0).map((k) => `${k} ${m.bytesPerToken[k]}`).join(', ')}`);
 
 for (const m of miners) m.child.kill('SIGTERM');
 await Promise.all(miners.map((m) => new Promise((r) => m.child.once('exit', r))));
@@ -88,21 +117,27 @@ const swarmTokens = (lossesEnd - lossesStart) * tokensPerMicrobatch;
 const swarmCpuSeconds = cpuEnd.reduce((a, c, i) => a + c - cpuStart[i]!, 0);
 const swarmTokensPerCpuSecond = swarmTokens / swarmCpuSeconds;
 const efficiency = swarmTokensPerCpuSecond / localTokensPerCpuSecond;
-const wireBytesPerToken = swarmTokens > 0 ? (bytesEnd - bytesStart) / swarmTokens : 0;
+// The receipts' payload bytes (each transfer once, activations and gradients) per token the swarm trained.
+const boundaryBytesPerToken = swarmTokens > 0 ? (bytesEnd - bytesStart) / swarmTokens : 0;
 const computeShare = perMiner.map((s: { stage: number; computeMs: number; wallMs: number }) => ({ stage: s.stage, compute: +(s.computeMs / s.wallMs).toFixed(3), waiting: +(1 - s.computeMs / s.wallMs).toFixed(3) }));
 console.log(`swarm: ${swarmTokens} tokens in ${measureSeconds} s, ${swarmCpuSeconds.toFixed(1)} CPU-s, ${swarmTokensPerCpuSecond.toFixed(0)} tokens per CPU-second`);
-console.log(`efficiency ${(efficiency * 100).toFixed(1)}%, ${wireBytesPerToken.toFixed(1)} wire bytes per token, relayed ${relayEnd - relayStart} bytes`);
+console.log(`efficiency ${(efficiency * 100).toFixed(1)}%, ${boundaryBytesPerToken.toFixed(1)} boundary payload bytes per token (receipts), relayed ${relayEnd - relayStart} bytes`);
 computeShare.forEach((c) => console.log(`  miner on stage ${c.stage}: computing ${(c.compute * 100).toFixed(1)}%, waiting ${(c.waiting * 100).toFixed(1)}%`));
 
-finish('swarm', {
+finish(preset === 'tiny' ? 'swarm' : 'swarm-small', {
   efficiency: +efficiency.toFixed(4),
   relayedBytes: relayEnd - relayStart,
-  wireBytesPerToken: +wireBytesPerToken.toFixed(2),
+  boundaryBytesPerToken: +boundaryBytesPerToken.toFixed(2),
+  totalBytesPerToken: round(mean(perKind.map((m) => m.totalBytesPerToken))),
+  activationBytesPerToken: round(mean(perKind.map((m) => m.activationBytesPerToken))),
+  mergeBytesPerToken: round(mean(perKind.map((m) => m.bytesPerToken.merge))),
+  maxTotalToActivation: Math.max(...perKind.map((m) => m.totalToActivation)),
+  perMinerBytesPerToken: perKind,
   swarmTokensPerCpuSecond: Math.round(swarmTokensPerCpuSecond),
   singleProcessTokensPerCpuSecond: Math.round(localTokensPerCpuSecond),
   swarmTokensPerSecond: Math.round(swarmTokens / measureSeconds),
   minerTime: computeShare,
-  budget: { preset: 'tiny', layout, batchSize, miners: '3 stages x 2', warmupSeconds, measureSeconds, note: 'reduced preset: tiny; all processes on this machine' },
+  budget: { preset, layout, batchSize, miners: '3 stages x 2', warmupSeconds, measureSeconds, note: `${preset === 'tiny' ? 'reduced preset: tiny; ' : ''}all processes on this machine` },
   machine: machine(backend),
 });
 process.exit(0);

@@ -23,6 +23,11 @@ export async function checkDashboard(context: BrowserContext, url: string, miner
   // The stage map: every miner, with its state (one stage each here).
   await expect.poll(() => page.getByTestId('miner').count(), { timeout: 30_000 }).toBe(miners);
   await expect.poll(async () => (await page.getByTestId('miner').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-state')))).some((s) => s === 'training'), { timeout: 30_000 }).toBe(true);
+  // Each stage with miners says what they moved per token they trained, by kind: their activations or gradients at least.
+  await expect.poll(() => page.getByTestId('stage-traffic').count(), { timeout: 30_000 }).toBeGreaterThan(0);
+  const moved = (await page.getByTestId('stage-traffic').allTextContents()).join(' | ');
+  expect(moved).toMatch(/B\/token in all: .*(activations|gradients) [0-9.]+ (B|KiB|MiB|GiB) sent/);
+  console.log(`e2e: dashboard stage traffic: ${moved}`);
   // The leaderboard of the settled epoch lists them.
   await expect.poll(() => page.getByTestId('leader').count(), { timeout: 90_000, interval: 2000 }).toBe(miners);
   // What the model writes now, after a merged round.

@@ -121,6 +121,12 @@ describe("a newcomer's first minutes", () => {
     const floor = (rows * dModel * 4) / (plain + 2 * rows + 512);
     await expect.poll(async () => Number((await tab.getByTestId('saved').getAttribute('data-ratio')) ?? 0), { timeout: 30_000 }).toBeGreaterThan(floor);
     console.log(`e2e: the tab's boundaries carry ${await tab.getByTestId('saved').textContent()} (at least ${floor.toFixed(0)}× expected)`);
+    // Every byte the tab moved, by kind: its boundary frames (it holds a stage next to a local miner), the coordinator's
+    // messages, and the training data it downloaded (stage 0 feeds from it; the last stage checks its targets with it).
+    const kinds = await tab.getByTestId('traffic-kinds').locator('li').evaluateAll((items) => items.map((li) => li.getAttribute('data-kind')));
+    expect(kinds).toEqual(expect.arrayContaining(['coordinator']));
+    expect(kinds.filter((k) => k === 'activation' || k === 'gradient').length).toBeGreaterThan(0);
+    console.log(`e2e: the tab's traffic by kind: ${(await tab.getByTestId('traffic').textContent())?.replace(/\s+/g, ' ')}`);
     await tab.setViewportSize({ width: 1280, height: 800 });
     await screenshot(tab, 'newcomer.png');
     // The page fits a phone-sized screen.

@@ -112,6 +112,18 @@ describe('checkpoints, late joiners and the held-out validator', () => {
       expect(res.statusCode).toBe(200);
       return String(res.headers['x-content-hash']);
     };
+    // Merges go on meanwhile: the joiner takes the latest checkpoint as of its joining.
+    const before = await latest();
+    const late = newMiner(generateIdentity());
+    await late.start();
+    expect(late.registration!.stage).toBe(0);
+    expect([before, await latest()]).toContain(late.resumedFrom);
+
+    // Then the swarm stops, so the round exported below is not pruned (KEEP_CHECKPOINTS) while it is read: on
+    // PostgreSQL once, three rounds went by between choosing the round and reading its stored weights.
+    for (const m of miners) m.stop();
+    await expect.poll(async () => (await app.fastify.inject({ method: 'GET', url: '/api/status' })).json().activeMiners).toBe(0);
+
     // The model out: GET /api/model (the Dashboard's Download; `npm run export` writes it to a folder) assembles
     // every stage's agreed weights of one round. The folder runs in onnxruntime and in transformers.js (remote
     // models off) and gives the logits and greedy continuation of the stage chain from the same checkpoints (fp32
@@ -221,12 +233,5 @@ describe('checkpoints, late joiners and the held-out validator', () => {
     } finally {
       rmSync(folder, { recursive: true, force: true });
     }
-
-    // Merges go on meanwhile: the joiner takes the latest checkpoint as of its joining.
-    const before = await latest();
-    const late = newMiner(generateIdentity());
-    await late.start();
-    expect(late.registration!.stage).toBe(0);
-    expect([before, await latest()]).toContain(late.resumedFrom);
   });
 });

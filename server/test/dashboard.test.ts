@@ -1,4 +1,4 @@
-import { DASHBOARD_NAMESPACE, LiveSeries, PROTOCOL_VERSION, generateIdentity, type DashboardUpdate } from '@train-at-home/protocol';
+import { DASHBOARD_NAMESPACE, LiveSeries, PROTOCOL_VERSION, TRAFFIC_KINDS, emptyTraffic, generateIdentity, type DashboardUpdate } from '@train-at-home/protocol';
 import { register } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -42,7 +42,11 @@ describe('the dashboard feed', () => {
     expect(await beat({ phase: 'training', tokensPerSec: 1, microbatches: 1, paths: { lan: { peers: 1, bytes: 1 } } })).toMatchObject({ ok: false, error: { code: 'SCHEMA' } });
     expect(await beat({ phase: 'training', tokensPerSec: 1, microbatches: 1, paths: { turn: { peers: -1, bytes: 1 } } })).toMatchObject({ ok: false, error: { code: 'SCHEMA' } });
     expect(await beat({ phase: 'training', tokensPerSec: 1, microbatches: 1, paths: { turn: { peers: 1, bytes: 1, host: 'x' } } })).toMatchObject({ ok: false, error: { code: 'SCHEMA' } });
-    expect(await beat({ phase: 'waiting', why: 'no miner holds stage 1 yet', tokensPerSec: 0, microbatches: 0, paths: { direct: { peers: 2, bytes: 4096 }, turn: { peers: 1, bytes: 512 } } })).toEqual({ ok: true });
+    // Traffic by kind (its bad forms: messages.test). The heartbeat budget is 10 a second: these are 8.
+    const traffic = Object.fromEntries(TRAFFIC_KINDS.map((k, i) => [k, { sent: 2 ** 52 + i, received: 2 ** 52 - i }]));
+    // The longest a miner sends (every kind at its largest, a why of 200 characters, every path) fits the event's bound.
+    expect(await beat({ phase: 'training', why: 'x'.repeat(200), tokensPerSec: 1e7 - 1, microbatches: 2 ** 31 - 1, trainedTokens: 2 ** 52, traffic, paths: Object.fromEntries(['direct', 'turn', 'coordinator'].map((p) => [p, { peers: 99_999, bytes: 2 ** 52 }])) })).toEqual({ ok: true });
+    expect(await beat({ phase: 'waiting', why: 'no miner holds stage 1 yet', tokensPerSec: 0, microbatches: 0, paths: { direct: { peers: 2, bytes: 4096 }, turn: { peers: 1, bytes: 512 } }, trainedTokens: 4096, traffic: { activation: { sent: 40_960, received: 0 }, coordinator: { sent: 300, received: 900 } } })).toEqual({ ok: true });
     expect(await beat({ phase: 'training', tokensPerSec: NaN, microbatches: 3 })).toMatchObject({ ok: false });
     expect(await beat({ phase: 'training', tokensPerSec: 5e9, microbatches: 3 })).toMatchObject({ ok: false });
 
@@ -68,6 +72,9 @@ describe('the dashboard feed', () => {
     // REST says the same for a first paint.
     const first = await (await fetch(`${url}/api/dashboard`)).json();
     expect(first.swarm.stages[0].miners[0]).toMatchObject({ id: minerId, state: 'waiting', backend: 'wasm', paths: { direct: { peers: 2, bytes: 4096 }, turn: { peers: 1, bytes: 512 } } });
+    // Each stage sums its miners' traffic by kind (every kind named, 0 where none moved) with the tokens they trained.
+    expect(first.swarm.stages[0].traffic).toEqual({ tokens: 4096, kinds: { ...emptyTraffic(), activation: { sent: 40_960, received: 0 }, coordinator: { sent: 300, received: 900 } } });
+    expect(first.swarm.stages[1].traffic).toEqual({ tokens: 0, kinds: emptyTraffic() });
     expect(first.run).toMatchObject({ name: 'dashboard', stages: 2 });
   });
 

@@ -1,7 +1,7 @@
 import wrtc from '@roamhq/wrtc';
-import { encodeFrames, generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
+import { encodeFrames, framedBytes, generateIdentity, PROTOCOL_VERSION, verifySignature, type Identity } from '@train-at-home/protocol';
 import { DATA_DIR, datasetName, loadDataset, prepareData } from '@train-at-home/model/node';
-import { CoordinatorError, MeshPort, NO_PATH, PeerMesh, coordinatorRelay, noPathText, coordinatorSignals, hostMesh, httpTokenSource, register, request, summarizePaths, type MeshHost } from '@train-at-home/swarm';
+import { CoordinatorError, MeshPort, NO_PATH, PeerMesh, coordinatorRelay, noPathText, coordinatorSignals, hostMesh, httpTokenSource, register, request, summarizePaths, TrafficMeter, countMesh, type MeshHost } from '@train-at-home/swarm';
 import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
@@ -12,16 +12,20 @@ let url: string;
 const sockets: Socket[] = [];
 const meshes: PeerMesh[] = [];
 
-async function miner(relayOnly = false): Promise<{ id: string; socket: Socket; identity: Identity; mesh: PeerMesh }> {
+/** Each miner's byte counters by kind, as a Miner keeps them (traffic.ts): its mesh's messages and its coordinator socket. */
+async function miner(relayOnly = false): Promise<{ id: string; socket: Socket; identity: Identity; mesh: PeerMesh; meter: TrafficMeter }> {
   const socket = connect(url, { transports: ['websocket'], reconnection: false, forceNew: true });
   sockets.push(socket);
+  const meter = new TrafficMeter();
+  meter.countSocket(socket);
   await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
   const identity = generateIdentity();
   const { minerId } = await register(socket, identity, { backend: 'wasm', tokensPerSec: 100 });
   const signals = coordinatorSignals(socket, identity, (from, signed, signature) => verifySignature('signal', signed, signature, `0x${from}`));
   const mesh = new PeerMesh({ selfId: minerId, signals, wrtc, relay: coordinatorRelay(socket), relayOnly });
+  countMesh(mesh, meter);
   meshes.push(mesh);
-  return { id: minerId, socket, identity, mesh };
+  return { id: minerId, socket, identity, mesh, meter };
 }
 
 function bytes(length: number, seed: number): Uint8Array {
@@ -68,6 +72,18 @@ describe('peer mesh over WebRTC, signaled through the coordinator', () => {
     await expect.poll(() => a.mesh.paths().get(b.id)?.path).toBe('direct');
     expect(a.mesh.paths().get(b.id)).toMatchObject({ bytesSent: a.mesh.stats.bytesSent, bytesReceived: a.mesh.stats.bytesReceived });
     expect(b.mesh.paths().get(a.id)?.bytesReceived).toBe(a.mesh.stats.bytesSent);
+    // Counted by kind as the frames that carried them, at both ends alike; signaling went over the coordinator's socket.
+    expect(a.meter.read().activation).toEqual({ sent: a.mesh.stats.bytesSent, received: 0 });
+    expect(a.mesh.stats.bytesSent).toBe(framedBytes(1_000_000, 1));
+    expect(b.meter.read().activation).toEqual({ sent: 0, received: a.mesh.stats.bytesSent });
+    expect(b.meter.read().gradient).toEqual({ sent: b.mesh.stats.bytesSent, received: 0 });
+    expect(a.meter.read().gradient).toEqual({ sent: 0, received: framedBytes(300_000, 2) });
+    for (const m of [a, b]) {
+      const t = m.meter.read();
+      expect(t.coordinator.sent).toBeGreaterThan(0);
+      expect(t.coordinator.received).toBeGreaterThan(0);
+      expect([t.merge, t.audit, t.checkpoint, t.data]).toEqual(Array(4).fill({ sent: 0, received: 0 }));
+    }
   });
 
   it('says by name when no path reaches a peer (no direct connection, no TURN, no relay), after trying again with fresh ICE servers', async () => {
@@ -239,8 +255,12 @@ describe('training tokens over HTTP (how a tab gets them)', () => {
     const vocab = 320;
     prepareData({ outDir: DATA_DIR, vocabSize: vocab });
     const seen: number[] = [];
-    const tokens = await httpTokenSource(url, (done, total) => seen.push(done / total)).train(vocab, datasetName(vocab));
+    let fetched = 0;
+    const tokens = await httpTokenSource(url, (done, total) => seen.push(done / total)).train(vocab, datasetName(vocab), (n) => (fetched += n));
     const disk = loadDataset(`${DATA_DIR}/${datasetName(vocab)}`).train;
+    // What a miner counts as its training data's traffic: the manifest and every shard, as they came.
+    const manifest = await (await fetch(`${url}/data/${datasetName(vocab)}/manifest.json`)).text();
+    expect(fetched).toBe(manifest.length + disk.byteLength);
     expect(tokens.length).toBe(disk.length);
     expect(Buffer.from(tokens.buffer).equals(Buffer.from(disk.buffer, disk.byteOffset, disk.byteLength))).toBe(true);
     expect(seen[0]).toBe(0);
@@ -264,6 +284,10 @@ describe('relay fallback', () => {
     expect(a.mesh.isConnected(b.id)).toBe(false);
     expect(a.mesh.paths().get(b.id)).toMatchObject({ path: 'coordinator', bytesSent: a.mesh.stats.bytesSent });
     expect(b.mesh.paths().get(a.id)).toMatchObject({ path: 'coordinator', bytesReceived: a.mesh.stats.bytesSent });
+    // Relayed frames count once, as what they carry (an activation), not again as the coordinator's messages.
+    expect(a.meter.read().activation.sent).toBe(a.mesh.stats.bytesSent);
+    expect(b.meter.read().activation.received).toBe(a.mesh.stats.bytesSent);
+    expect(a.meter.read().coordinator.sent).toBeLessThan(20_000);
   });
 
   it('caps each miner\'s relayed bytes per minute (RELAY_CAP, with the time to wait), and a run with the relay off refuses every frame (RELAY_OFF)', async () => {

@@ -110,5 +110,24 @@ describe('3 stages × 2 replicas in separate processes', () => {
     await expect.poll(async () => (await app.coordinator.receiptSummary()).confirmed, { timeout: 30_000 }).toBeGreaterThanOrEqual(4 * losses);
     expect((await app.coordinator.receiptSummary()).disputed).toBe(0);
     expect(app.coordinator.relayed.frameBytes).toBe(0);
+
+    // What each stage's miners moved, by kind, as their heartbeats say (the dashboard's per-stage figures): pipeline
+    // frames where the stage sends and receives them, all-reduce partitions between its two replicas, the checkpoints
+    // they uploaded, the coordinator's messages; no training data over the network (Node miners read it from disk).
+    const stages: Array<{ traffic: { tokens: number; kinds: Record<string, { sent: number; received: number }> } }> = (await app.fastify.inject({ method: 'GET', url: '/api/dashboard' })).json().swarm.stages;
+    const k = stages.map((st) => st.traffic.kinds);
+    console.log(`replicas: bytes per trained token by stage ${JSON.stringify(stages.map((st) => Object.fromEntries(Object.entries(st.traffic.kinds).map(([kind, t]) => [kind, +((t.sent + t.received) / st.traffic.tokens).toFixed(1)]))))}`);
+    for (const st of stages) expect(st.traffic.tokens).toBeGreaterThan(0);
+    expect([k[0]!.activation.sent, k[1]!.activation.received, k[1]!.activation.sent, k[2]!.activation.received].every((b) => b > 0)).toBe(true);
+    expect([k[2]!.gradient.sent, k[1]!.gradient.received, k[1]!.gradient.sent, k[0]!.gradient.received].every((b) => b > 0)).toBe(true);
+    expect([k[0]!.activation.received, k[2]!.activation.sent, k[0]!.gradient.sent, k[2]!.gradient.received]).toEqual([0, 0, 0, 0]);
+    for (const t of k) {
+      expect(t.merge!.sent).toBeGreaterThan(0);
+      expect(t.merge!.received).toBeGreaterThan(0);
+      expect(t.checkpoint!.sent).toBeGreaterThan(0);
+      expect(t.coordinator!.sent).toBeGreaterThan(0);
+      expect(t.coordinator!.received).toBeGreaterThan(0);
+      expect(t.data).toEqual({ sent: 0, received: 0 });
+    }
   }, LOST_RUN_MS + 5 * 60_000);
 });

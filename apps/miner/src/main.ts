@@ -106,13 +106,13 @@ if (count > 1) {
     maxMicrobatches: values.microbatches ? Number(values.microbatches) : undefined,
     dataSeed: values['data-seed'] ? Number(values['data-seed']) : undefined,
     tokens: {
-      async train(vocabSize, dataset) {
+      async train(vocabSize, dataset, onBytes) {
         // The shipped corpora's dataset is prepared here (TAH_DATA_PREPARED: prepared elsewhere and carried, with no corpus
         // packages to check it against: scripts/device-swarm-bundle.sh). An operator's own corpus is read from ./data when
         // prepared on this machine too, else fetched from the coordinator as a tab does.
         if (dataset === datasetName(vocabSize)) {
           if (!process.env.TAH_DATA_PREPARED) prepareData({ outDir: DATA_DIR, vocabSize });
-        } else if (!existsSync(join(DATA_DIR, dataset, 'manifest.json'))) return httpTokenSource(values.coordinator).train(vocabSize, dataset);
+        } else if (!existsSync(join(DATA_DIR, dataset, 'manifest.json'))) return httpTokenSource(values.coordinator).train(vocabSize, dataset, onBytes);
         return loadDataset(join(DATA_DIR, dataset)).train;
       },
     },

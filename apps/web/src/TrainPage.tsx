@@ -1,5 +1,5 @@
 import { useEffect, useState } from 'react';
-import { bytes, flops, minerLabel, pathLabel, rewardTokens } from './format';
+import { bytes, flops, minerLabel, pathLabel, rewardTokens, totalPerToken, trafficByKind } from './format';
 import { useTabContext } from './tab/TabContext';
 import type { TabStatus } from './tab/messages';
 import type { TabState } from './tab/useTab';
@@ -217,7 +217,19 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
           )}
         </dd>
         <dt>Sent / received</dt>
-        <dd data-testid="traffic">{s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)}` : '—'}</dd>
+        <dd data-testid="traffic">
+          {s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)} between stages` : '—'}
+          {s && totalPerToken(s.traffic, s.trainedTokens) && <span className="hint"> · everything, {totalPerToken(s.traffic, s.trainedTokens)} trained</span>}
+          {s && (
+            <ul className="paths" data-testid="traffic-kinds">
+              {trafficByKind(s.traffic, s.trainedTokens).map(({ kind, text }) => (
+                <li key={kind} data-kind={kind}>
+                  {text}
+                </li>
+              ))}
+            </ul>
+          )}
+        </dd>
         <dt>Compression</dt>
         <dd data-testid="saved" data-ratio={saved !== undefined ? (s!.uncompressedBytes / (s!.bytesSent + s!.bytesReceived)).toFixed(2) : undefined}>
           {saved !== undefined

@@ -1,5 +1,5 @@
 /** Formatting shared by the pages: byte counts and token amounts. */
-import type { PathSummary } from '@train-at-home/protocol';
+import { TRAFFIC_KINDS, trafficBytes, type PathSummary, type Traffic, type TrafficKind } from '@train-at-home/protocol';
 import type { PeerPathStats } from '@train-at-home/swarm';
 
 export function bytes(n: number): string {
@@ -65,4 +65,39 @@ export function pathLabel(path: PeerPathStats['path'], relayProtocol?: string): 
 export function pathsSummary(paths: PathSummary | undefined): string {
   const parts = (['direct', 'turn', 'coordinator'] as const).flatMap((p) => (paths?.[p] ? [`${paths[p].peers} ${pathLabel(p)}, ${bytes(paths[p].bytes)}`] : []));
   return parts.length ? parts.join(' · ') : '—';
+}
+
+/** What each kind of traffic is called on the pages. */
+export const TRAFFIC_WORDS: Record<TrafficKind, string> = {
+  activation: 'activations',
+  gradient: 'gradients',
+  merge: 'merges',
+  audit: 'audits',
+  checkpoint: 'checkpoints',
+  data: 'training data',
+  coordinator: 'coordinator',
+};
+
+/**
+ * Traffic by kind, the kinds that moved anything: "activations 1.2 MiB (3.1 B/token) · merges …", per trained token
+ * where tokens were trained, else sent / received.
+ */
+export function trafficByKind(t: Traffic, tokens?: number): Array<{ kind: TrafficKind; text: string }> {
+  return TRAFFIC_KINDS.filter((k) => t[k].sent + t[k].received > 0).map((k) => {
+    const both = t[k].sent + t[k].received;
+    const per = tokens ? ` (${perToken(both / tokens)})` : '';
+    return { kind: k, text: `${TRAFFIC_WORDS[k]} ${bytes(t[k].sent)} sent / ${bytes(t[k].received)} received${per}` };
+  });
+}
+
+/** Bytes per token as people read it: 20 B/token, 0.35 B/token, 2.9 KiB/token. */
+export function perToken(n: number): string {
+  if (!Number.isFinite(n)) return '—';
+  if (n >= 1024) return `${(n / 1024).toFixed(1)} KiB/token`;
+  return `${n >= 10 ? n.toFixed(0) : n.toPrecision(2)} B/token`;
+}
+
+/** All kinds together, per trained token (undefined before any token). */
+export function totalPerToken(t: Traffic, tokens: number): string | undefined {
+  return tokens > 0 ? perToken(trafficBytes(t) / tokens) : undefined;
 }

@@ -1,3 +1,5 @@
+import type { Traffic } from './traffic';
+
 /**
  * What the coordinator pushes to dashboard viewers (socket.io namespace
  * /dashboard, one `update` per push) and serves as REST (/api/dashboard,
@@ -49,7 +51,11 @@ export interface DashboardMiner {
 export type PathSummary = Partial<Record<'direct' | 'turn' | 'coordinator', { peers: number; bytes: number }>>;
 
 export interface DashboardSwarm {
-  stages: Array<{ stage: number; phase: string; round: number; miners: DashboardMiner[] }>;
+  /**
+   * `traffic`: what the stage's miners (with a fresh report) say they sent and received since they started, by kind,
+   * and the tokens they processed meanwhile (bytes per trained token is one over the other).
+   */
+  stages: Array<{ stage: number; phase: string; round: number; miners: DashboardMiner[]; traffic: { tokens: number; kinds: Traffic } }>;
   /** Between stage `from` and `to`: confirmed transfers per second each way, and bytes per second. */
   boundaries: Array<{ from: number; to: number; activationsPerSec: number; gradientsPerSec: number; bytesPerSec: number }>;
   traffic: {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FRAME_FIXED_HEADER_BYTES, FrameError, MAX_CHUNK_BYTES, Reassembler, decodeChunk, encodeFrames, type FrameHeader } from './frames';
+import { FRAME_FIXED_HEADER_BYTES, FrameError, MAX_CHUNK_BYTES, Reassembler, decodeChunk, encodeFrames, framedBytes, type FrameHeader } from './frames';
 
 const header: FrameHeader = {
   kind: 'activation',
@@ -46,6 +46,13 @@ describe('peer frames', () => {
     expect(message.activationId).toEqual(header.activationId);
     expect(message.kind).toBe('activation');
     expect(r.pendingMessages).toBe(0);
+  });
+
+  it('count their bytes on the wire as encodeFrames makes them (framedBytes: every chunk\'s header and the payload)', () => {
+    for (const [size, max] of [[0, MAX_CHUNK_BYTES], [1, MAX_CHUNK_BYTES], [1_000_000, MAX_CHUNK_BYTES], [300, 200], [MAX_CHUNK_BYTES, MAX_CHUNK_BYTES]] as const) {
+      const wire = encodeFrames(header, payloadOf(size), max).reduce((n, c) => n + c.length, 0);
+      expect(framedBytes(size, header.pathway.length, max)).toBe(wire);
+    }
   });
 
   it('carry an empty payload and interleaved messages', () => {

@@ -94,6 +94,13 @@ export function payloadHashHex(payload: Uint8Array): string {
   return hex(sha256(payload));
 }
 
+/** What encodeFrames makes of a payload this long, in bytes on the wire: the payload and every chunk's header. */
+export function framedBytes(payloadBytes: number, pathwayLength: number, maxChunkBytes = MAX_CHUNK_BYTES): number {
+  const head = headerBytes(pathwayLength);
+  const room = Math.min(maxChunkBytes, MAX_CHUNK_BYTES) - head;
+  return payloadBytes + head * Math.max(1, Math.ceil(payloadBytes / room));
+}
+
 /** Cuts one message into chunks of at most maxChunkBytes (header included). */
 export function encodeFrames(header: FrameHeader, payload: Uint8Array, maxChunkBytes = MAX_CHUNK_BYTES): Uint8Array[] {
   checkHeader(header);

@@ -4,3 +4,4 @@ export * from './messages';
 export * from './rewards';
 export * from './dashboard';
 export * from './stage-map';
+export * from './traffic';

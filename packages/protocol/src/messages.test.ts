@@ -32,6 +32,14 @@ describe('socket messages', () => {
     expect(code(() => parseClientMessage('hello', null))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('hello', 'hello'))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('heartbeat', { v: 1, seq: -1 }))).toBe('SCHEMA');
+    // A heartbeat's traffic: per kind the bytes sent and received; an unknown kind, a fraction, a negative count or a stray field is refused.
+    const beat = (more: object) => ({ v: 1, seq: 0, status: { phase: 'training', tokensPerSec: 1, microbatches: 1, ...more } });
+    expect(() => parseClientMessage('heartbeat', beat({ traffic: { merge: { sent: 1, received: 2 } }, trainedTokens: 5 }))).not.toThrow();
+    expect(code(() => parseClientMessage('heartbeat', beat({ traffic: { gossip: { sent: 1, received: 1 } } })))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('heartbeat', beat({ traffic: { merge: { sent: 1.5, received: 1 } } })))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('heartbeat', beat({ traffic: { merge: { sent: -1, received: 1 } } })))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('heartbeat', beat({ traffic: { merge: { sent: 1, received: 1, via: 'x' } } })))).toBe('SCHEMA');
+    expect(code(() => parseClientMessage('heartbeat', beat({ trainedTokens: -3 })))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('loss', { v: 1, epoch: 0, activationId: 'z'.repeat(32), pathway: ['m'], loss: 1 }))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('loss', { v: 1, epoch: 0, activationId: 'a'.repeat(32), pathway: ['m'], loss: NaN }))).toBe('SCHEMA');
     expect(code(() => parseClientMessage('signal', { v: 1, to: 'm', kind: 'offer', payload: 'x'.repeat(MAX_SOCKET_MESSAGE_BYTES), seq: 0, signature: sig }))).toBe('TOO_LARGE');

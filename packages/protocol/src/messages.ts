@@ -1,5 +1,6 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+import { TRAFFIC_KINDS } from './traffic';
 
 /**
  * Socket messages between miners and the coordinator. Every message carries
@@ -11,13 +12,13 @@ export const PROTOCOL_VERSION = 1;
 export const MAX_SOCKET_MESSAGE_BYTES = 64 * 1024;
 /**
  * Each event's own bound (its JSON), checked before its schema: a heartbeat is
- * a few dozen bytes, a signal carries an SDP (under 32 KiB), a merge report at
- * most 256 disputes.
+ * under 2 KiB with every figure at its largest (dashboard.test), a signal carries
+ * an SDP (under 32 KiB), a merge report at most 256 disputes.
  */
 export const MAX_EVENT_BYTES: Record<string, number> = {
   hello: 1024,
   register: 2048,
-  heartbeat: 1024,
+  heartbeat: 2048,
   signal: 40 * 1024,
   receipt: 1024,
   loss: 4096,
@@ -38,6 +39,12 @@ const ActivationId = Type.String({ pattern: '^[0-9a-f]{32}$' });
 const INT4_MAX = 2 ** 31 - 1;
 /** Peers on one path and the bytes both ways over it (a heartbeat's `paths`). */
 const PathUse = Type.Object({ peers: Type.Integer({ minimum: 0, maximum: 100_000 }), bytes: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }) }, { additionalProperties: false });
+const Bytes = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+/** Bytes a miner sent and received since it started, per kind (a heartbeat's `traffic`: traffic.ts). */
+const TrafficUse = Type.Object(
+  Object.fromEntries(TRAFFIC_KINDS.map((k) => [k, Type.Optional(Type.Object({ sent: Bytes, received: Bytes }, { additionalProperties: false }))])),
+  { additionalProperties: false },
+);
 
 export const ClientEvents = {
   /** Asks for fresh ICE servers (TURN credentials are short-lived): answered with an IceConfig. */
@@ -79,6 +86,9 @@ export const ClientEvents = {
             paths: Type.Optional(
               Type.Object({ direct: Type.Optional(PathUse), turn: Type.Optional(PathUse), coordinator: Type.Optional(PathUse) }, { additionalProperties: false }),
             ),
+            traffic: Type.Optional(TrafficUse),
+            /** Tokens its stages processed since it started, what `traffic` is per trained token of. */
+            trainedTokens: Type.Optional(Bytes),
           },
           { additionalProperties: false },
         ),

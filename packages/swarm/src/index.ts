@@ -12,3 +12,4 @@ export * from './audit';
 export * from './stage-compute';
 export * from './stage-steps';
 export * from './stage-map';
+export * from './traffic';

@@ -1,7 +1,7 @@
 // One file over 400 lines, not yet split by role: the Miner's registration, training loop, merges, audits and probes
 // share one connection's state. Splitting it (connection, training, merge, audit answers) is issue 40's work.
 import { PRESETS, runDataset, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, stageTflops, type BackendName, type PresetName } from '@train-at-home/model';
-import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary, type Traffic } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { MAX_RECORD_BYTES, RoundRecorder, encodeRecord, recordFloorBytes } from './audit/record';
 import { EXACT_REPLAY_BACKEND } from './audit/replay';
@@ -14,6 +14,7 @@ import { CoordinatorError, coordinatorRelay, coordinatorSignals, getRetrying, re
 import { NO_PATH, PeerMesh, summarizePaths, type Mesh, type MeshOptions, type PeerPathStats } from './mesh';
 import { PipelineWorker, type BoundaryDeviceCodec, type Misbehaviour } from './pipeline';
 import { StageMapView, restStageMap } from './stage-map';
+import { TrafficMeter, countMesh } from './traffic';
 
 /** The heartbeat interval a coordinator asks for, within 0.5…60 s; 2 s when it names none. */
 export const heartbeatEvery = (asked: unknown): number => (typeof asked === 'number' && Number.isFinite(asked) ? Math.min(60_000, Math.max(500, asked)) : 2000);
@@ -25,8 +26,11 @@ type ReportEvent = 'loss' | 'receipt' | 'merged';
 
 /** Where a first-stage miner gets training tokens (disk in Node, HTTP ranges in a browser). */
 export interface TokenSource {
-  /** The training split of `dataset` (a prepared dataset's folder name: runDataset), whose vocabulary is `vocabSize`. */
-  train(vocabSize: number, dataset: string): Promise<Uint16Array>;
+  /**
+   * The training split of `dataset` (a prepared dataset's folder name: runDataset), whose vocabulary is `vocabSize`;
+   * `onBytes` hears what came over the network for it (nothing when it was read from disk).
+   */
+  train(vocabSize: number, dataset: string, onBytes?: (bytes: number) => void): Promise<Uint16Array>;
 }
 
 export interface MinerOptions {
@@ -101,9 +105,12 @@ export interface MinerStatus {
    * backward 4; the backward's recomputed forward and attention's T² terms not counted), what a GPU's rate is compared with.
    */
   tflops?: number;
-  /** Boundary payloads this miner sent and received. */
+  /** Boundary frames (activations and gradients) this miner sent and received, in bytes on the wire. */
   bytesSent: number;
   bytesReceived: number;
+  /** Every byte this miner sent and received since it started, by kind (traffic.ts), and the tokens its stages processed meanwhile. */
+  traffic: Traffic;
+  trainedTokens: number;
   /** What the same tensors would have cost as fp32 at full width (no bottleneck, no int8). */
   uncompressedBytes: number;
   /** The last loss this miner computed (last stage) and the stage's merges. */
@@ -163,7 +170,8 @@ export class Miner {
   /** Microbatches this miner's stage processed since its last merge. */
   private sinceMerge = 0;
   /** The stages this miner talks to and who holds them (stage-map.ts). */
-  private readonly stageMap = new StageMapView((stages) => restStageMap(this.o.coordinatorUrl)(stages), {
+  private readonly dataBytes = (bytes: number): void => this.meter.add('data', 'received', bytes);
+  private readonly stageMap = new StageMapView((stages) => restStageMap(this.o.coordinatorUrl, (bytes) => this.meter.add('coordinator', 'received', bytes))(stages), {
     onLeft: (left) => this.onStageMap(left),
     log: (line) => this.o.log?.(line),
   });
@@ -211,7 +219,11 @@ export class Miner {
 
   private phase: MinerPhase = 'registering';
   private progress?: MinerStatus['progress'];
-  private readonly traffic = { sent: 0, received: 0, uncompressed: 0 };
+  /** What it sent and received, by kind; and what its boundary tensors would have been as full-width fp32. */
+  private readonly meter = new TrafficMeter();
+  private uncompressedBytes = 0;
+  /** Tokens the workers of stages this miner held before its current one processed (traffic is counted since it started). */
+  private tokensBefore = 0;
   private lastLoss?: number;
   private lastWorkAt = 0;
   /** When a transfer last reached this miner (an activation or gradient from a peer). */
@@ -240,6 +252,7 @@ export class Miner {
       previous: stage === undefined || stage === 0 ? [] : map.peers(stage - 1),
       next: stage === undefined ? [] : map.peers(stage + 1),
     };
+    const traffic = this.meter.read();
     const now = performance.now();
     const noPath = this.noPathPeers(now, [...peers.replicas, ...peers.previous, ...peers.next]);
     // Over the last 20 s: tokens and compute time since the last sample before the window (a
@@ -289,9 +302,11 @@ export class Miner {
       tokens: stats?.tokens ?? 0,
       tokensPerSec,
       ...(this.model ? { tflops: stageTflops(this.model.spec, tokensPerSec) } : {}),
-      bytesSent: this.traffic.sent,
-      bytesReceived: this.traffic.received,
-      uncompressedBytes: this.traffic.uncompressed,
+      bytesSent: traffic.activation.sent + traffic.gradient.sent,
+      bytesReceived: traffic.activation.received + traffic.gradient.received,
+      traffic,
+      trainedTokens: this.tokensBefore + (stats?.tokens ?? 0),
+      uncompressedBytes: this.uncompressedBytes,
       ...(this.lastLoss !== undefined ? { lastLoss: this.lastLoss } : {}),
       merges: this.merges.length,
       ...(this.progress ? { progress: this.progress } : {}),
@@ -301,7 +316,7 @@ export class Miner {
   }
 
   /** What the dashboard shows of this miner (sent with each heartbeat). */
-  private heartbeatStatus(): { phase: MinerPhase; why?: string; tokensPerSec: number; microbatches: number; paths?: PathSummary } {
+  private heartbeatStatus(): { phase: MinerPhase; why?: string; tokensPerSec: number; microbatches: number; paths?: PathSummary; traffic: Traffic; trainedTokens: number } {
     const s = this.status;
     const paths = this.paths();
     return {
@@ -310,6 +325,8 @@ export class Miner {
       tokensPerSec: Math.min(1e7, Math.max(0, Number.isFinite(s.tokensPerSec) ? s.tokensPerSec : 0)),
       microbatches: Math.min(2 ** 31 - 1, s.microbatches),
       ...(paths?.size ? { paths: summarizePaths(paths) } : {}),
+      traffic: s.traffic,
+      trainedTokens: s.trainedTokens,
     };
   }
 
@@ -362,6 +379,7 @@ export class Miner {
     // Reconnects on its own; peers stay connected to each other meanwhile.
     const socket = io(this.o.coordinatorUrl, { transports: ['websocket'], reconnection: true, reconnectionDelay: 500, reconnectionDelayMax: 2000 });
     this.socket = socket;
+    this.meter.countSocket(socket);
     await new Promise<void>((resolve, reject) => {
       socket.once('connect', () => resolve());
       socket.once('connect_error', reject);
@@ -424,6 +442,7 @@ export class Miner {
         throw e;
       }
     };
+    countMesh(mesh, this.meter);
     this.mesh = mesh;
     this.mesh.onMessage((from, message) => {
       if (message.kind === 'partition') this.butterfly?.deliver(from, message.payload);
@@ -477,6 +496,7 @@ export class Miner {
         headers: { 'content-type': 'application/octet-stream', 'x-miner-id': this.registration?.minerId ?? '' },
         body: payload as unknown as BodyInit,
       });
+      this.meter.add('audit', 'sent', payload.length);
       if (res.ok) this.probes.answered++;
       else this.o.log?.(`probe ${m.probeId.slice(0, 8)} refused: ${res.status} ${(await res.text()).slice(0, 200)}`);
     } catch (e) {
@@ -501,6 +521,7 @@ export class Miner {
     this.lastWorkAt = 0;
     this.lastReceivedAt = 0;
     this.endMerge();
+    this.tokensBefore += this.worker?.stats.tokens ?? 0;
     this.worker?.dispose();
     this.model?.dispose();
     registration.stage = stage;
@@ -512,7 +533,9 @@ export class Miner {
     let anchorRound = 0;
     if (latest.ok) {
       anchorRound = Number(latest.headers.get('x-round') ?? 0) || 0;
-      importStageWeights(model, await this.download(latest, `stage ${stage + 1} weights`));
+      const weights = await this.download(latest, `stage ${stage + 1} weights`);
+      this.meter.add('checkpoint', 'received', weights.length);
+      importStageWeights(model, weights);
       this.resumedFrom = latest.headers.get('x-content-hash') ?? 'unknown';
       log(`loaded stage ${stage + 1}'s latest checkpoint (${this.resumedFrom.slice(0, 12)})`);
     }
@@ -546,9 +569,7 @@ export class Miner {
         this.report('loss', { v: PROTOCOL_VERSION, epoch: 0, activationId: r.activationId, pathway: r.pathway, loss: r.loss });
       },
       onTransfer: (t) => {
-        if (t.from === minerId) this.traffic.sent += t.bytes;
-        else this.traffic.received += t.bytes;
-        this.traffic.uncompressed += layout.training.batchSize * config.contextLength * config.dModel * 4;
+        this.uncompressedBytes += layout.training.batchSize * config.contextLength * config.dModel * 4;
         const at = performance.now();
         if (this.lastWorkAt > 0) {
           this.gaps.push(at - this.lastWorkAt);
@@ -590,7 +611,7 @@ export class Miner {
     this.previousRecorder = this.recorder ?? this.previousRecorder;
     this.recorder = recorder;
     if (stage === 0) void this.feed(config.contextLength, layout, worker);
-    else if (model.spec.isLast) void this.o.tokens.train(config.vocabSize, runDataset({ dataset: layout.dataset, vocabSize: config.vocabSize })).then((t) => (this.runTokens = t)).catch((e: Error) => log(`run data not loaded (targets unchecked): ${e.message}`));
+    else if (model.spec.isLast) void this.o.tokens.train(config.vocabSize, runDataset({ dataset: layout.dataset, vocabSize: config.vocabSize }), this.dataBytes).then((t) => (this.runTokens = t)).catch((e: Error) => log(`run data not loaded (targets unchecked): ${e.message}`));
   }
 
   /** Why a microbatch's tokens are not the run data its id is assigned (undefined: they are, or the data is not loaded yet). */
@@ -644,6 +665,7 @@ export class Miner {
           headers: { 'content-type': 'application/octet-stream', 'x-miner-id': this.registration!.minerId, 'x-signature': signature },
           body: bytes as unknown as BodyInit,
         });
+        this.meter.add('audit', 'sent', bytes.length);
         if (res.ok) {
           this.audits.answered++;
           return;
@@ -970,7 +992,7 @@ export class Miner {
   private async feed(time: number, layout: RunLayout, worker: PipelineWorker): Promise<void> {
     this.phase = 'downloading';
     const vocabSize = PRESETS[layout.preset].vocabSize;
-    const tokens = await this.o.tokens.train(vocabSize, runDataset({ dataset: layout.dataset, vocabSize }));
+    const tokens = await this.o.tokens.train(vocabSize, runDataset({ dataset: layout.dataset, vocabSize }), this.dataBytes);
     if (this.worker !== worker) return;
     this.phase = 'training';
     // Each microbatch's windows are the ones its id is assigned (the last stage and audits check them).
@@ -1014,6 +1036,7 @@ export class Miner {
         headers: { 'content-type': 'application/octet-stream', 'x-miner-id': registration.minerId, 'x-step': String(step), 'x-signature': this.o.identity.sign('checkpoint', signed) },
         body: bytes as unknown as BodyInit,
       });
+      this.meter.add('checkpoint', 'sent', bytes.length);
       if (!res.ok) this.o.log?.(`checkpoint at step ${step} refused: ${res.status} ${await res.text()}`);
       else this.checkpointsUploaded++;
     } catch (e) {

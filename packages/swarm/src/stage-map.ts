@@ -122,11 +122,13 @@ export class StageMapView {
 }
 
 /** Fetches stages' views from a coordinator's REST API. */
-export function restStageMap(coordinatorUrl: string): (stages: number[]) => Promise<StageView[]> {
+export function restStageMap(coordinatorUrl: string, onBytes?: (bytes: number) => void): (stages: number[]) => Promise<StageView[]> {
   return async (stages) => {
     const res = await fetch(`${coordinatorUrl}/api/stage-map?stages=${stages.join(',')}`);
     if (!res.ok) throw new Error(`GET /api/stage-map: ${res.status}`);
-    const body = (await res.json()) as { stages?: unknown };
+    const text = await res.text();
+    onBytes?.(text.length);
+    const body = JSON.parse(text) as { stages?: unknown };
     return Array.isArray(body.stages) ? body.stages.filter(isStageView) : [];
   };
 }

@@ -9,12 +9,14 @@ import type { TokenSource } from './miner';
  */
 export function httpTokenSource(baseUrl: string, onProgress?: (done: number, total: number) => void): TokenSource {
   return {
-    async train(vocabSize, dataset) {
+    async train(vocabSize, dataset, onBytes) {
       if (!DATASET_NAME.test(dataset)) throw new DataError(`${JSON.stringify(dataset)} is not a dataset's name`);
       const root = `${baseUrl}/data/${dataset}`;
       const res = await getRetrying(`${root}/manifest.json`);
       if (!res.ok) throw new DataError(`no dataset at ${root} (HTTP ${res.status})`);
-      const manifest = (await res.json()) as DataManifest;
+      const text = await res.text();
+      onBytes?.(text.length);
+      const manifest = JSON.parse(text) as DataManifest;
       if (manifest.vocabSize !== vocabSize || !Array.isArray(manifest.train)) throw new DataError(`${root}/manifest.json does not describe a ${vocabSize}-token dataset`);
       const total = manifest.train.reduce((n, s) => n + s.tokens * 2, 0);
       const out = new Uint16Array(manifest.train.reduce((n, s) => n + s.tokens, 0));
@@ -25,6 +27,7 @@ export function httpTokenSource(baseUrl: string, onProgress?: (done: number, tot
         const r = await getRetrying(`${root}/${shard.file}`);
         if (!r.ok) throw new DataError(`shard ${shard.file}: HTTP ${r.status}`);
         const bytes = new Uint8Array(await r.arrayBuffer());
+        onBytes?.(bytes.length);
         const tokens = decodeShard(bytes, shard);
         out.set(tokens, at);
         at += tokens.length;

@@ -1,4 +1,4 @@
-import type { ClientMessage, PathSummary } from '@train-at-home/protocol';
+import type { ClientMessage, PathSummary, Traffic } from '@train-at-home/protocol';
 
 /** What a miner says it is doing (its heartbeat's status): shown on the dashboard, never paid for. */
 export interface MinerReport {
@@ -7,6 +7,9 @@ export interface MinerReport {
   tokensPerSec: number;
   microbatches: number;
   paths?: PathSummary;
+  /** Bytes by kind since it started, and the tokens it processed meanwhile. */
+  traffic?: Partial<Traffic>;
+  trainedTokens?: number;
   /** When it said so (ms since epoch). */
   at: number;
 }

@@ -1,6 +1,6 @@
-import { DASHBOARD_BOUNDS as B, sane, type DashboardPoint, type DashboardSample, type DashboardSwarm } from '@train-at-home/protocol';
+import { DASHBOARD_BOUNDS as B, TRAFFIC_KINDS, emptyTraffic, sane, saneTraffic, type DashboardPoint, type DashboardSample, type DashboardSwarm, type Traffic } from '@train-at-home/protocol';
 import type { Coordinator } from '../coordinator';
-import { REPORT_FRESH_MS } from './live';
+import { REPORT_FRESH_MS, type MinerReport } from './live';
 
 /** Merge rounds the dashboard lists. */
 export const RECENT_MERGES = 12;
@@ -15,6 +15,7 @@ export async function swarmSnapshot(c: Coordinator, nowMs = Date.now()): Promise
     stage,
     phase: phases[stage]?.phase ?? 'training',
     round: phases[stage]?.round ?? 0,
+    traffic: stageTraffic(miners.map((m) => reports.get(m.id)).filter((r): r is MinerReport => r !== undefined && nowMs - r.at <= REPORT_FRESH_MS)),
     miners: miners.map((m) => {
       const r = reports.get(m.id);
       const fresh = r && nowMs - r.at <= REPORT_FRESH_MS;
@@ -63,6 +64,22 @@ export async function swarmSnapshot(c: Coordinator, nowMs = Date.now()): Promise
       };
     }),
   };
+}
+
+/** What a stage's miners say they moved, summed by kind, with the tokens they trained meanwhile (a report from another process is checked as it is read). */
+function stageTraffic(reports: MinerReport[]): { tokens: number; kinds: Traffic } {
+  const kinds = emptyTraffic();
+  let tokens = 0;
+  for (const r of reports) {
+    if (!r.traffic) continue;
+    tokens += sane(r.trainedTokens, B.bytes) ?? 0;
+    const t = saneTraffic(r.traffic);
+    for (const k of TRAFFIC_KINDS) {
+      kinds[k].sent += t[k].sent;
+      kinds[k].received += t[k].received;
+    }
+  }
+  return { tokens, kinds };
 }
 
 type PointRow = { id: string | number; value: number; at: Date | string; round: number | null };

@@ -1,6 +1,6 @@
-import type { DashboardSwarm } from '@train-at-home/protocol';
+import { trafficBytes, type DashboardSwarm } from '@train-at-home/protocol';
 import { Fragment } from 'react';
-import { bytes, minerLabel, pathsSummary } from '../format';
+import { bytes, minerLabel, pathsSummary, totalPerToken, trafficByKind } from '../format';
 
 const rate = (n: number, unit: string): string => `${n < 10 ? n.toFixed(1) : n.toFixed(0)} ${unit}/s`;
 const seconds = (ms: number | null): string => (ms === null ? 'running' : `${(ms / 1000).toFixed(1)} s`);
@@ -27,6 +27,14 @@ export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: str
             <h3>
               Stage {s.stage + 1} <span className="hint">{s.phase === 'merging' ? `merging round ${s.round}` : `round ${s.round}`}</span>
             </h3>
+            {trafficByKind(s.traffic.kinds, s.traffic.tokens).length > 0 && (
+              <p className="hint" data-testid="stage-traffic" title="what this stage's miners say they sent and received since they started, per token they trained">
+                {totalPerToken(s.traffic.kinds, s.traffic.tokens) ?? bytes(trafficBytes(s.traffic.kinds))} in all:{' '}
+                {trafficByKind(s.traffic.kinds, s.traffic.tokens)
+                  .map((t) => t.text)
+                  .join(' · ')}
+              </p>
+            )}
             {s.miners.length === 0 ? (
               <p className="why">Nobody holds this stage: the pipeline waits for a miner.</p>
             ) : (

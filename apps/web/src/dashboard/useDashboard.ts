@@ -1,4 +1,4 @@
-import { DASHBOARD_BOUNDS as B, DASHBOARD_NAMESPACE, DashboardFollower, sane, type DashboardSample, type DashboardSeriesName, type DashboardSwarm, type DashboardUpdate, LiveSeries } from '@train-at-home/protocol';
+import { DASHBOARD_BOUNDS as B, DASHBOARD_NAMESPACE, DashboardFollower, sane, saneTraffic, type DashboardSample, type DashboardSeriesName, type DashboardSwarm, type DashboardUpdate, LiveSeries } from '@train-at-home/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { useEffect, useRef, useState } from 'react';
 
@@ -36,6 +36,7 @@ function saneSwarm(s: DashboardSwarm): DashboardSwarm {
   return {
     stages: (s?.stages ?? []).map((st) => ({
       ...st,
+      traffic: { tokens: sane(st.traffic?.tokens, B.bytes) ?? 0, kinds: saneTraffic(st.traffic?.kinds) },
       miners: (st.miners ?? []).map((m) => {
         const tokensPerSec = sane(m.tokensPerSec, B.tokensPerSec);
         return { id: String(m.id), backend: String(m.backend), state: String(m.state), ...(m.why ? { why: String(m.why).slice(0, 200) } : {}), ...(tokensPerSec !== undefined ? { tokensPerSec } : {}), ...(Number.isSafeInteger(m.microbatches) && m.microbatches! >= 0 ? { microbatches: m.microbatches } : {}) };
