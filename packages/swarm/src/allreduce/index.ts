@@ -5,3 +5,4 @@ export * from './reduce';
 export * from './butterfly';
 export * from './outer';
 export * from './memory';
+export * from './sparse';
