@@ -12,11 +12,12 @@
  * Variants (name: merge every H, contribution codec, AdamW's moments at a merge):
  *   dense-H10       every 10, fp16 contributions and results: today's default (DEFAULT_MERGE)
  *   dense-H30       every 30
- *   topk-H10        every 10, the 8 largest of each 256 values (int8), error feedback, sparse results
- *   topk-H30        every 30, the same
- *   topk-noef-H10   every 10, top-k without error feedback (what is not sent is lost)
+ *   topk8-H10       every 10, the 8 largest of each 256 values (int8), error feedback, sparse results
+ *   topk32-H10      every 10, the 32 largest of each 256
+ *   topk32-H30      every 30, the same
+ *   topk32-noef-H10 every 10, top-32 without error feedback (what is not sent is lost)
  *   dense-H10-reset every 10, AdamW's moments restarted at each merge (no optimizer state crosses a round)
- *   topk-H30-reset  every 30, top-k with error feedback, moments restarted
+ *   topk32-H10-reset every 10, top-32 with error feedback, moments restarted
  * Held-out loss of the merged weights at the end, at equal tokens (K microbatches per replica).
  *
  *   npm run bench:merge                                     (tiny, K = 120, 1 seed)
@@ -37,28 +38,27 @@ const { values } = parseArgs({
     microbatches: { type: 'string', default: '120' },
     seeds: { type: 'string', default: '1' },
     replicas: { type: 'string', default: '2' },
-    k: { type: 'string', default: '8' },
     variants: { type: 'string' },
   },
 });
 const preset = values.preset as 'tiny' | 'small';
 const K = Number(values.microbatches);
 const R = Number(values.replicas);
-const TOP = Number(values.k);
 const config = PRESETS[preset];
 const layout = preset === 'tiny' ? { stages: 3, bottleneck: 32, int8: true } : { stages: 3, bottleneck: 8, int8: true, codec: 'int8' as const };
 const batchSize = 16;
 const tokensPerMicrobatch = batchSize * config.contextLength;
 
-type Variant = { name: string; every: number; codec: 'dense' | 'topk' | 'topk-noef'; resetAdam: boolean };
+type Variant = { name: string; every: number; codec: 'dense' | 'topk' | 'topk-noef'; top: number; resetAdam: boolean };
 const ALL: Variant[] = [
-  { name: 'dense-H10', every: 10, codec: 'dense', resetAdam: false },
-  { name: 'dense-H30', every: 30, codec: 'dense', resetAdam: false },
-  { name: 'topk-H10', every: 10, codec: 'topk', resetAdam: false },
-  { name: 'topk-H30', every: 30, codec: 'topk', resetAdam: false },
-  { name: 'topk-noef-H10', every: 10, codec: 'topk-noef', resetAdam: false },
-  { name: 'dense-H10-reset', every: 10, codec: 'dense', resetAdam: true },
-  { name: 'topk-H30-reset', every: 30, codec: 'topk', resetAdam: true },
+  { name: 'dense-H10', every: 10, codec: 'dense', top: 0, resetAdam: false },
+  { name: 'dense-H30', every: 30, codec: 'dense', top: 0, resetAdam: false },
+  { name: 'topk8-H10', every: 10, codec: 'topk', top: 8, resetAdam: false },
+  { name: 'topk32-H10', every: 10, codec: 'topk', top: 32, resetAdam: false },
+  { name: 'topk32-H30', every: 30, codec: 'topk', top: 32, resetAdam: false },
+  { name: 'topk32-noef-H10', every: 10, codec: 'topk-noef', top: 32, resetAdam: false },
+  { name: 'dense-H10-reset', every: 10, codec: 'dense', top: 0, resetAdam: true },
+  { name: 'topk32-H10-reset', every: 10, codec: 'topk', top: 32, resetAdam: true },
 ];
 const chosen = values.variants ? values.variants.split(',').map((n) => ALL.find((v) => v.name === n) ?? (() => { throw new Error(`no variant ${n}: ${ALL.map((v) => v.name).join(', ')}`); })()) : ALL;
 for (const v of chosen) if (K % v.every) throw new Error(`${K} microbatches is not a whole number of ${v.name}'s rounds of ${v.every}`);
@@ -76,7 +76,7 @@ async function run(v: Variant, seed: number): Promise<{ heldOut: number; mergeBy
   const samplers = Array.from({ length: R }, (_, r) => new BatchSampler(data.train, batchSize, config.contextLength, seed * 1000 + r));
   const stages = trainers[0]!.stages.length;
   const outer = await Promise.all(trainers[0]!.stages.map(async (s) => new OuterOptimizer(await readFlat(s))));
-  const feedback = trainers.map((t) => t.stages.map((s) => new ErrorFeedback(countStageParameters(s.spec), TOP)));
+  const feedback = trainers.map((t) => t.stages.map((s) => new ErrorFeedback(countStageParameters(s.spec), v.top || 1)));
   const merged = new Array<number>(stages).fill(0);
   for (let done = 0; done < K; ) {
     for (let i = 0; i < v.every; i++, done++) for (let r = 0; r < R; r++) trainers[r]!.trainStep(samplers[r]!.next());
@@ -91,10 +91,10 @@ async function run(v: Variant, seed: number): Promise<{ heldOut: number; mergeBy
           up = encodedBytes(pseudo.length, 'fp16');
         } else if (v.codec === 'topk') {
           sent = feedback[r]![s]!.compress(pseudo).sent;
-          up = topKBytes(pseudo.length, TOP);
+          up = topKBytes(pseudo.length, v.top);
         } else {
-          sent = decodeTopK(encodeTopK(pseudo, TOP), pseudo.length, TOP);
-          up = topKBytes(pseudo.length, TOP);
+          sent = decodeTopK(encodeTopK(pseudo, v.top), pseudo.length, v.top);
+          up = topKBytes(pseudo.length, v.top);
         }
         for (let i = 0; i < mean.length; i++) mean[i]! += sent[i]! / R;
       }
@@ -131,7 +131,7 @@ async function run(v: Variant, seed: number): Promise<{ heldOut: number; mergeBy
 }
 
 const seeds = Array.from({ length: Number(values.seeds) }, (_, i) => i + 1);
-const rows: Array<{ variant: string; every: number; codec: string; resetAdam: boolean; heldOut: number[]; meanHeldOut: number; mergeBytesPerToken: number[]; boundaryBytesPerToken: number; totalToBoundary: number }> = [];
+const rows: Array<{ variant: string; every: number; codec: string; top: number; resetAdam: boolean; heldOut: number[]; meanHeldOut: number; mergeBytesPerToken: number[]; boundaryBytesPerToken: number; totalToBoundary: number }> = [];
 for (const v of chosen) {
   const results = [];
   for (const seed of seeds) {
@@ -145,7 +145,7 @@ for (const v of chosen) {
   const boundary = results[0]!.boundaryBytesPerToken;
   // A miner's whole traffic against its boundary traffic, at the stage where merges weigh most (an end stage moves one boundary's bytes).
   const totalToBoundary = Math.max(...merge.map((m) => (m + boundary) / boundary));
-  rows.push({ variant: v.name, every: v.every, codec: v.codec, resetAdam: v.resetAdam, heldOut: results.map((r) => +r.heldOut.toFixed(4)), meanHeldOut: +meanHeldOut.toFixed(4), mergeBytesPerToken: merge, boundaryBytesPerToken: +boundary.toFixed(2), totalToBoundary: +totalToBoundary.toFixed(2) });
+  rows.push({ variant: v.name, every: v.every, codec: v.codec, top: v.top, resetAdam: v.resetAdam, heldOut: results.map((r) => +r.heldOut.toFixed(4)), meanHeldOut: +meanHeldOut.toFixed(4), mergeBytesPerToken: merge, boundaryBytesPerToken: +boundary.toFixed(2), totalToBoundary: +totalToBoundary.toFixed(2) });
 }
 const dense = rows.find((r) => r.variant === 'dense-H10');
 for (const r of rows) console.log(`  ${r.variant.padEnd(16)} held-out ${r.meanHeldOut.toFixed(4)}${dense ? ` (${(((r.meanHeldOut / dense.meanHeldOut) - 1) * 100).toFixed(2)}% vs dense-H10)` : ''}, merge ${r.mergeBytesPerToken.join(' / ')} B per token, ${r.totalToBoundary}x the boundary bytes`);
@@ -159,7 +159,7 @@ finish(preset === 'tiny' ? 'merge' : `merge-${preset}`, {
   heldOutRatioToDense: best && dense ? +(best.meanHeldOut / dense.meanHeldOut).toFixed(4) : undefined,
   innerSteps: best?.every,
   variants: rows,
-  budget: { preset, layout, batchSize, replicas: R, microbatchesPerReplica: K, seeds: seeds.length, topK: `${TOP} of 256`, note: `in one process; bytes from the codecs' sizes, the butterfly's 2(1 − 1/R) of a stage each way${seeds.length < 3 ? `; ${seeds.length} seed (the issue asks 3)` : ''}` },
+  budget: { preset, layout, batchSize, replicas: R, microbatchesPerReplica: K, seeds: seeds.length, note: `in one process; bytes from the codecs' sizes, the butterfly's 2(1 − 1/R) of a stage each way${seeds.length < 3 ? `; ${seeds.length} seed (the issue asks 3)` : ''}` },
   machine: machine(backend),
 });
 process.exit(0);
