@@ -219,7 +219,7 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
         <dt>Sent / received</dt>
         <dd data-testid="traffic">
           {s ? `${bytes(s.bytesSent)} / ${bytes(s.bytesReceived)} between stages` : '—'}
-          {s && totalPerToken(s.traffic, s.trainedTokens) && <span className="hint"> · everything, {totalPerToken(s.traffic, s.trainedTokens)} trained</span>}
+          {s && totalPerToken(s.traffic, s.trainedTokens) && <span className="hint"> · all traffic: {totalPerToken(s.traffic, s.trainedTokens)} trained</span>}
           {s && (
             <ul className="paths" data-testid="traffic-kinds">
               {trafficByKind(s.traffic, s.trainedTokens).map(({ kind, text }) => (
