@@ -25,6 +25,7 @@ import { listeningCoordinator } from '@train-at-home/testkit/coordinator';
 import { CHEATS, type CheatName } from '@train-at-home/testkit/cheats';
 import { MinerSwarm } from '@train-at-home/testkit/swarm';
 import { finish, machine } from './lib';
+import { bytesPerToken, printBytesPerToken, readTraffic } from './traffic';
 import { DEFAULT_INCENTIVES } from '../server/src/run-config';
 
 const EPOCH_MS = 60_000;
@@ -38,6 +39,8 @@ const backend = await initNodeBackend();
 
 interface RunResult {
   seed: number;
+  /** What each miner (honest and cheating) moved per token it trained over the run, by kind. */
+  traffic: ReturnType<typeof bytesPerToken>;
   detection: Array<{
     attack: CheatName;
     detected: boolean;
@@ -155,8 +158,11 @@ async function run(seed: number): Promise<RunResult> {
     `SELECT coalesce(avg(extract(epoch FROM ended_at - started_at)), 0)::float8 AS s FROM epochs WHERE run_id = $1 AND ended_at IS NOT NULL`,
     [app.coordinator.runId],
   );
+  const traffic = bytesPerToken(readTraffic(app.coordinator.live.miners), undefined, new Map((await app.coordinator.stageMap()).flatMap(({ stage, miners }) => miners.map((m) => [m.id, stage] as [string, number]))));
+  printBytesPerToken(traffic);
   const result: RunResult = {
     seed,
+    traffic,
     detection,
     honest: honest.length,
     honestFlagged: new Set(honestFlags.map((f) => f.miner_id)).size,
@@ -206,6 +212,8 @@ finish('audit', {
   minerSecondsPerRound: +minerSecondsPerRound.toFixed(3),
   roundSeconds: +roundSeconds.toFixed(1),
   minersPerValidatorCore,
+  totalBytesPerToken: +(runs.reduce((s, r) => s + r.traffic.totalBytesPerToken, 0) / runs.length).toFixed(2),
+  auditBytesPerToken: +(runs.reduce((s, r) => s + r.traffic.auditBytesPerToken, 0) / runs.length).toFixed(2),
   runs: runs.length,
   budget: `${runs.length} run(s) of ${EPOCHS} settled epochs of ${EPOCH_MS / 1000} s, tiny, 3 stages, 12 honest miners and ${Object.keys(CHEATS).length} cheaters`,
   perRun: runs,

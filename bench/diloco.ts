@@ -27,6 +27,7 @@ import { BatchSampler, LocalTrainer, PRESETS, evaluationBatches } from '@train-a
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { buildApp } from '../server/src/app';
 import { finish, machine } from './lib';
+import { bytesPerToken, printBytesPerToken, readTraffic } from './traffic';
 
 const { values } = parseArgs({ options: { microbatches: { type: 'string', default: '150' } } });
 const K = Number(values.microbatches);
@@ -83,6 +84,9 @@ const final = (await app.validator.evaluate())!;
 const microbatches = await reports();
 const mergeLog = await get<{ rounds: Array<{ stage: number; participants: string[] | null; mode: string | null; endedAt: string | null }>; events: unknown[] }>('/api/merges');
 const swarmSeconds = Math.round((Date.now() - started) / 1000);
+// What each miner moved per token it trained, over the whole run, by kind (its last heartbeat's counters).
+const traffic = bytesPerToken(readTraffic(app.coordinator.live.miners), undefined, new Map((await app.coordinator.stageMap()).flatMap(({ stage, miners }) => miners.map((m) => [m.id, stage] as [string, number]))));
+printBytesPerToken(traffic);
 miners.kill('SIGTERM');
 await new Promise((r) => (miners.exitCode === null ? miners.once('exit', r) : r(null)));
 await app.close();
@@ -115,6 +119,10 @@ finish('diloco', {
   heldOutByRound: byRound,
   bigram: +final.bigramLoss.toFixed(4),
   tokens,
+  totalBytesPerToken: traffic.totalBytesPerToken,
+  activationBytesPerToken: traffic.activationBytesPerToken,
+  mergeBytesPerToken: traffic.mergeBytesPerToken,
+  traffic: traffic.perMinerBytesPerToken,
   swarm: {
     replicas: 2,
     stages: 3,

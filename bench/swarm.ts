@@ -21,10 +21,10 @@ import { parseArgs } from 'node:util';
 import { BatchSampler, LocalTrainer, PRESETS } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
 import { join } from 'node:path';
-import { TRAFFIC_KINDS, saneTraffic, trafficBytes, trafficSince, type Traffic, type TrafficKind } from '@train-at-home/protocol';
 import { buildApp } from '../server/src/app';
 import { defaultRunConfig } from '../server/src/run-config';
 import { finish, machine } from './lib';
+import { bytesPerToken, printBytesPerToken, readTraffic } from './traffic';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string', default: '90' }, warmup: { type: 'string', default: '30' }, preset: { type: 'string', default: 'tiny' } } });
 const measureSeconds = Number(values.seconds);
@@ -82,31 +82,14 @@ const sentBytes = (): Promise<number> =>
   app.db.query<{ b: number }>(`SELECT coalesce(sum(bytes), 0)::float8 AS b FROM receipts WHERE reporter = from_miner`).then((r) => r[0]!.b);
 await new Promise((r) => setTimeout(r, warmupSeconds * 1000));
 
-// Each miner's own counters, as its latest heartbeat told the coordinator.
-const reports = (): Map<string, { traffic: Traffic; tokens: number }> =>
-  new Map([...app.coordinator.live.miners].filter(([, r]) => r.traffic).map(([id, r]) => [id, { traffic: saneTraffic(r.traffic), tokens: r.trainedTokens ?? 0 }]));
 const stageOf = async (): Promise<Map<string, number>> => new Map((await app.coordinator.stageMap()).flatMap(({ stage, miners }) => miners.map((m) => [m.id, stage] as [string, number])));
 const cpuStart = miners.map((m) => cpuSeconds(m.child.pid!));
-const [lossesStart, bytesStart, relayStart, trafficStart] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes, reports()];
+const [lossesStart, bytesStart, relayStart, trafficStart] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes, readTraffic(app.coordinator.live.miners)];
 await new Promise((r) => setTimeout(r, measureSeconds * 1000));
 const cpuEnd = miners.map((m) => cpuSeconds(m.child.pid!));
-const [lossesEnd, bytesEnd, relayEnd, trafficEnd, stages] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes, reports(), await stageOf()];
-const round = (x: number): number => +x.toFixed(2);
-const perKind = [...trafficEnd]
-  .map(([id, end]) => {
-    const start = trafficStart.get(id);
-    const tokens = end.tokens - (start?.tokens ?? 0);
-    if (!start || tokens <= 0) return undefined;
-    const moved = trafficSince(end.traffic, start.traffic);
-    const bytesPerToken = Object.fromEntries(TRAFFIC_KINDS.map((k) => [k, round((moved[k].sent + moved[k].received) / tokens)])) as Record<TrafficKind, number>;
-    const total = trafficBytes(moved) / tokens;
-    const boundary = trafficBytes(moved, ['activation', 'gradient']) / tokens;
-    return { stage: stages.get(id) ?? -1, tokens, bytesPerToken, totalBytesPerToken: round(total), activationBytesPerToken: round(boundary), totalToActivation: round(total / boundary) };
-  })
-  .filter((m) => m !== undefined)
-  .sort((a, b) => a.stage - b.stage);
-const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
-for (const m of perKind) console.log(`  miner on stage ${m.stage}: ${m.totalBytesPerToken} B per trained token in all (${m.totalToActivation}x its activations and gradients): ${TRAFFIC_KINDS.filter((k) => m.bytesPerToken[k] > 0).map((k) => `${k} ${m.bytesPerToken[k]}`).join(', ')}`);
+const [lossesEnd, bytesEnd, relayEnd, trafficEnd, stages] = [await losses(), await sentBytes(), app.coordinator.relayed.frameBytes, readTraffic(app.coordinator.live.miners), await stageOf()];
+const traffic = bytesPerToken(trafficEnd, trafficStart, stages);
+printBytesPerToken(traffic);
 
 for (const m of miners) m.child.kill('SIGTERM');
 await Promise.all(miners.map((m) => new Promise((r) => m.child.once('exit', r))));
@@ -128,11 +111,7 @@ finish(preset === 'tiny' ? 'swarm' : 'swarm-small', {
   efficiency: +efficiency.toFixed(4),
   relayedBytes: relayEnd - relayStart,
   boundaryBytesPerToken: +boundaryBytesPerToken.toFixed(2),
-  totalBytesPerToken: round(mean(perKind.map((m) => m.totalBytesPerToken))),
-  activationBytesPerToken: round(mean(perKind.map((m) => m.activationBytesPerToken))),
-  mergeBytesPerToken: round(mean(perKind.map((m) => m.bytesPerToken.merge))),
-  maxTotalToActivation: Math.max(...perKind.map((m) => m.totalToActivation)),
-  perMinerBytesPerToken: perKind,
+  ...traffic,
   swarmTokensPerCpuSecond: Math.round(swarmTokensPerCpuSecond),
   singleProcessTokensPerCpuSecond: Math.round(localTokensPerCpuSecond),
   swarmTokensPerSecond: Math.round(swarmTokens / measureSeconds),
