@@ -18,18 +18,20 @@
  *   topk32-noef-H10 every 10, top-32 without error feedback (what is not sent is lost)
  *   dense-H10-reset every 10, AdamW's moments restarted at each merge (no optimizer state crosses a round)
  *   topk32-H10-reset every 10, top-32 with error feedback, moments restarted
+ *   topk32-sgd-H10  every 10, top-32 with error feedback and a plain outer step (lr 1, no momentum: SparseLoCo)
+ *   topk8-sgd-H10   the same with the 8 largest
  * Held-out loss of the merged weights at the end, at equal tokens (K microbatches per replica).
  *
  *   npm run bench:merge                                     (tiny, K = 120, 1 seed)
  *   npm run bench:merge -- --microbatches 240 --seeds 3
- *   npm run bench:merge -- --variants dense-H10,topk-H30
+ *   npm run bench:merge -- --variants dense-H10,topk32-sgd-H10 --name merge-sgd   (some variants, in a file of their own)
  */
 import * as tf from '@tensorflow/tfjs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AdamW, BatchSampler, LocalTrainer, PRESETS, countStageParameters, evaluationBatches } from '@train-at-home/model';
 import { DATA_DIR, datasetName, initNodeBackend, loadDataset, prepareData } from '@train-at-home/model/node';
-import { ErrorFeedback, IOTA_OUTER, OuterOptimizer, decodeSparse, decodeTopK, decodeValues, encodeSparse, encodeTopK, encodeValues, encodedBytes, readFlat, topKBytes, writeFlat } from '@train-at-home/swarm';
+import { ErrorFeedback, IOTA_OUTER, type OuterSettings, OuterOptimizer, decodeSparse, decodeTopK, decodeValues, encodeSparse, encodeTopK, encodeValues, encodedBytes, readFlat, topKBytes, writeFlat } from '@train-at-home/swarm';
 import { finish, machine } from './lib';
 
 const { values } = parseArgs({
@@ -39,6 +41,8 @@ const { values } = parseArgs({
     seeds: { type: 'string', default: '1' },
     replicas: { type: 'string', default: '2' },
     variants: { type: 'string' },
+    /** The result file's name (bench/results/<name>.json): a run of some variants beside the full one. */
+    name: { type: 'string' },
   },
 });
 const preset = values.preset as 'tiny' | 'small';
@@ -49,7 +53,7 @@ const layout = preset === 'tiny' ? { stages: 3, bottleneck: 32, int8: true } : {
 const batchSize = 16;
 const tokensPerMicrobatch = batchSize * config.contextLength;
 
-type Variant = { name: string; every: number; codec: 'dense' | 'topk' | 'topk-noef'; top: number; resetAdam: boolean };
+type Variant = { name: string; every: number; codec: 'dense' | 'topk' | 'topk-noef'; top: number; resetAdam: boolean; outer?: OuterSettings };
 const ALL: Variant[] = [
   { name: 'dense-H10', every: 10, codec: 'dense', top: 0, resetAdam: false },
   { name: 'dense-H30', every: 30, codec: 'dense', top: 0, resetAdam: false },
@@ -59,6 +63,9 @@ const ALL: Variant[] = [
   { name: 'topk32-noef-H10', every: 10, codec: 'topk-noef', top: 32, resetAdam: false },
   { name: 'dense-H10-reset', every: 10, codec: 'dense', top: 0, resetAdam: true },
   { name: 'topk32-H10-reset', every: 10, codec: 'topk', top: 32, resetAdam: true },
+  // SparseLoCo's reading: the error-feedback buffer already accumulates like a momentum, so the outer step is plain.
+  { name: 'topk32-sgd-H10', every: 10, codec: 'topk', top: 32, resetAdam: false, outer: { lr: 1, momentum: 0 } },
+  { name: 'topk8-sgd-H10', every: 10, codec: 'topk', top: 8, resetAdam: false, outer: { lr: 1, momentum: 0 } },
 ];
 const chosen = values.variants ? values.variants.split(',').map((n) => ALL.find((v) => v.name === n) ?? (() => { throw new Error(`no variant ${n}: ${ALL.map((v) => v.name).join(', ')}`); })()) : ALL;
 for (const v of chosen) if (K % v.every) throw new Error(`${K} microbatches is not a whole number of ${v.name}'s rounds of ${v.every}`);
@@ -108,7 +115,7 @@ async function run(v: Variant, seed: number): Promise<{ heldOut: number; mergeBy
         (result = decodeSparse(bytes, mean.length)), (down = bytes.length);
       }
       merged[s]! += butterfly(up) + butterfly(down);
-      const anchor = outer[s]!.step(result, IOTA_OUTER);
+      const anchor = outer[s]!.step(result, v.outer ?? IOTA_OUTER);
       for (const t of trainers) writeFlat(t.stages[s]!, anchor);
     }
     if (v.resetAdam) {
@@ -131,7 +138,7 @@ async function run(v: Variant, seed: number): Promise<{ heldOut: number; mergeBy
 }
 
 const seeds = Array.from({ length: Number(values.seeds) }, (_, i) => i + 1);
-const rows: Array<{ variant: string; every: number; codec: string; top: number; resetAdam: boolean; heldOut: number[]; meanHeldOut: number; mergeBytesPerToken: number[]; boundaryBytesPerToken: number; totalToBoundary: number }> = [];
+const rows: Array<{ variant: string; every: number; codec: string; top: number; resetAdam: boolean; outer: OuterSettings; heldOut: number[]; meanHeldOut: number; mergeBytesPerToken: number[]; boundaryBytesPerToken: number; totalToBoundary: number }> = [];
 for (const v of chosen) {
   const results = [];
   for (const seed of seeds) {
@@ -145,13 +152,13 @@ for (const v of chosen) {
   const boundary = results[0]!.boundaryBytesPerToken;
   // A miner's whole traffic against its boundary traffic, at the stage where merges weigh most (an end stage moves one boundary's bytes).
   const totalToBoundary = Math.max(...merge.map((m) => (m + boundary) / boundary));
-  rows.push({ variant: v.name, every: v.every, codec: v.codec, top: v.top, resetAdam: v.resetAdam, heldOut: results.map((r) => +r.heldOut.toFixed(4)), meanHeldOut: +meanHeldOut.toFixed(4), mergeBytesPerToken: merge, boundaryBytesPerToken: +boundary.toFixed(2), totalToBoundary: +totalToBoundary.toFixed(2) });
+  rows.push({ variant: v.name, every: v.every, codec: v.codec, top: v.top, outer: v.outer ?? IOTA_OUTER, resetAdam: v.resetAdam, heldOut: results.map((r) => +r.heldOut.toFixed(4)), meanHeldOut: +meanHeldOut.toFixed(4), mergeBytesPerToken: merge, boundaryBytesPerToken: +boundary.toFixed(2), totalToBoundary: +totalToBoundary.toFixed(2) });
 }
 const dense = rows.find((r) => r.variant === 'dense-H10');
 for (const r of rows) console.log(`  ${r.variant.padEnd(16)} held-out ${r.meanHeldOut.toFixed(4)}${dense ? ` (${(((r.meanHeldOut / dense.meanHeldOut) - 1) * 100).toFixed(2)}% vs dense-H10)` : ''}, merge ${r.mergeBytesPerToken.join(' / ')} B per token, ${r.totalToBoundary}x the boundary bytes`);
 const best = rows.filter((r) => !dense || r.meanHeldOut <= dense.meanHeldOut * 1.02).sort((a, b) => Math.max(...a.mergeBytesPerToken) - Math.max(...b.mergeBytesPerToken))[0];
 tf.disposeVariables();
-finish(preset === 'tiny' ? 'merge' : `merge-${preset}`, {
+finish(values.name ?? (preset === 'tiny' ? 'merge' : `merge-${preset}`), {
   chosen: best?.variant,
   totalBytesPerToken: best ? +(Math.max(...best.mergeBytesPerToken) + best.boundaryBytesPerToken).toFixed(2) : undefined,
   activationBytesPerToken: best?.boundaryBytesPerToken,
