@@ -47,13 +47,23 @@ export async function startCoordinator(run: AppOptions['run']): Promise<{ app: A
 
 /**
  * Stops a coordinator started in a process group of its own (its command line, or `npm start`) as Ctrl-C in its
- * terminal would: npm, the coordinator, its validator and its local miners; killed if still there after 10 s.
+ * terminal would: npm, the coordinator and its validator (not its local miners, which run in groups of their own);
+ * killed if still there after 10 s.
  */
 export async function stopCoordinator(child: ChildProcess | undefined): Promise<void> {
   if (!child?.pid || child.exitCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
   process.kill(-child.pid, 'SIGTERM');
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  // As after Ctrl-C on a terminal: every process of the group (npm exits before the coordinator it started
+  // has closed) is given the time to finish, and only what still runs after 10 s is killed.
+  const groupGone = (): boolean => {
+    try {
+      process.kill(-child.pid!, 0);
+      return false;
+    } catch {
+      return true;
+    }
+  };
+  for (const until = Date.now() + 10_000; !groupGone() && Date.now() < until; ) await new Promise((r) => setTimeout(r, 100));
   try {
     process.kill(-child.pid, 'SIGKILL');
   } catch {

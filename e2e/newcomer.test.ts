@@ -140,6 +140,7 @@ describe("a newcomer's first minutes", () => {
     const before = await tabView(tab);
     await stopCoordinator(coordinator);
     const stoppedAt = Date.now();
+    console.log(`e2e: the stopped coordinator recorded its local miners as ${(() => { try { return readFileSync(join(dbDir, 'db', 'local-miners.json'), 'utf8'); } catch (e) { return (e as Error).message; } })()}`);
     // The page names the lost coordinator and when it tries again, in its heading too (what the tab is doing).
     await expect
       .poll(async () => ((await tab.getByTestId('coordinator').count()) ? await tab.getByTestId('coordinator').textContent() : ''), { timeout: 10_000, interval: 250 })

@@ -1,5 +1,5 @@
 import { fork, type ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
 import { MINER_EXIT_REFUSED } from '@train-at-home/swarm';
@@ -82,22 +82,36 @@ export class LocalMiners {
     let saved: Array<{ pid: number; minerId: string }> = [];
     try {
       saved = JSON.parse(readFileSync(this.options.stateFile, 'utf8')) as typeof saved;
-    } catch {
-      return; // none recorded
+    } catch (err) {
+      this.c.log.info({ err: (err as Error).message }, 'no local miners recorded by a previous coordinator process');
+      return;
     }
-    for (const { pid, minerId } of Array.isArray(saved) ? saved : []) {
+    const recorded = Array.isArray(saved) ? saved : [];
+    for (const { pid, minerId } of recorded) {
       if (Number.isSafeInteger(pid) && typeof minerId === 'string' && isLocalMiner(pid)) this.adopted.set(pid, minerId);
     }
-    if (this.adopted.size > 0) this.c.log.info({ miners: this.adopted.size }, 'taking over the local miners still running from before the restart');
+    this.c.log.info({ recorded: recorded.length, running: this.adopted.size }, 'taking over the local miners still running from before the restart');
     this.save();
   }
 
-  /** Records the local miners that registered (pid and miner id) for the next coordinator process. */
+  /** What `save` last wrote. */
+  private saved?: string;
+
+  /**
+   * Records the local miners that registered (pid and miner id) for the next coordinator process. Written
+   * whole or not at all (a new file renamed over the old): the coordinator's shutdown writes it, and a
+   * process killed mid-write (a second signal, a service manager's SIGKILL) left an empty file, so the
+   * restarted coordinator took over none and started new miners beside the old ones.
+   */
   private save(): void {
     if (!this.options.stateFile) return;
     const entries = [...[...this.ids].map(([child, minerId]) => ({ pid: child.pid!, minerId })), ...[...this.adopted].map(([pid, minerId]) => ({ pid, minerId }))];
+    const text = JSON.stringify(entries);
+    if (text === this.saved) return;
     try {
-      writeFileSync(this.options.stateFile, JSON.stringify(entries));
+      writeFileSync(`${this.options.stateFile}.new`, text);
+      renameSync(`${this.options.stateFile}.new`, this.options.stateFile);
+      this.saved = text;
     } catch (err) {
       this.c.log.warn({ err }, 'could not record the local miners');
     }

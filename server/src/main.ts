@@ -229,6 +229,9 @@ status?.unref();
 const ownHost = values.host === '0.0.0.0' || values.host === '::' ? '127.0.0.1' : values.host!;
 const door = tls ? await loopbackDoor(ownHost, port, tls.cert) : undefined;
 app.localMiners.start(door?.url ?? `http://${ownHost}:${port}`, localMiners === 'auto' ? app.coordinator.run.stages : localMiners);
+// npm's scripts start this file as `node --import tsx`, not with the tsx CLI: that one relays a signal to its child
+// and SIGKILLs it when the child has not acknowledged it within ~60 ms, which a loaded coordinator missed, killed
+// mid-shutdown (its local miners' record torn, so the restarted one started new miners beside them).
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     clearInterval(status);
