@@ -22,7 +22,8 @@ let firstUpAt = 0;
 
 /** Starts the coordinator in a process group of its own (npm start, or the coordinator alone on a restart). */
 function startCoordinator(command: string[]): ChildProcess {
-  const child = spawn(command[0]!, command.slice(1), { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  // At info, for a failure's message: what it did with local miners (started, taken over, stopped as surplus).
+  const child = spawn(command[0]!, command.slice(1), { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } });
   // The coordinator's own log, without a line per HTTP request (this test polls often).
   const keep = (c: Buffer): void => {
     const lines = c.toString().split('\n').filter((l) => l && !/"msg":"(incoming request|request completed)"/.test(l));
