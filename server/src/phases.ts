@@ -370,6 +370,7 @@ export class PhaseMachine {
    * An owner refused slices whose proof did not lead to their sender's committed root. One owner's word names
    * nobody (it could be lying); both owners of a partition refusing the same sender's slice is the sender's doing:
    * it sent bytes it had not committed to with merge-ready (the Merkle roots), so it is flagged COMMITMENT_MISMATCH.
+   * Both owners colluding could frame an honest sender so: redundancy 2 trusts one owner of each partition.
    */
   private async commitmentMismatches(stage: number, round: number, go: MergeGo, reporter: string, refused: Array<{ partition: number; from: string }>): Promise<void> {
     const map = partitionMap({ peers: go.participants, length: go.participants.length, seed: go.seed });

@@ -36,7 +36,9 @@ export interface IncentiveSettings {
    * Earnings are held for a window: epoch e is settled only once the audits of every round through
    * epoch e + holdEpochs are done (and settleAfterMs has passed since that epoch ended). A miner whose
    * audit fails is flagged, and a flag zeroes every epoch not yet settled: a cheat caught in any round
-   * of epochs e … e + holdEpochs forfeits epoch e with the rest of its window.
+   * of epochs e … e + holdEpochs forfeits epoch e with the rest of its window. In bench:audit
+   * (bench/results/audit.json) most cheats passed the audit of their first round, one microbatch
+   * computed honestly in the swarm's slow start, and were caught later: the window keeps that epoch unpaid.
    */
   holdEpochs: number;
   /** Share of completed microbatches the validator samples for replay (those some miner processed right after a merge are replayed). */
@@ -46,7 +48,9 @@ export interface IncentiveSettings {
   /**
    * Share of (miner, round) pairs whose whole round the validator replays (validator/audits.ts),
    * drawn after the round closed from a secret committed when it began. A failed or unanswered
-   * audit flags the miner: it forfeits its whole window.
+   * audit flags the miner: it forfeits its whole window. With holdEpochs = H and r rounds an epoch,
+   * a cheat does not pay while a round costs it less than auditRate·(H + 1)·r times what a round
+   * earns (docs/ARCHITECTURE.md, "Audits"): 18 at 0.2, H = 2 and 30 rounds an hour.
    */
   auditRate: number;
   /**

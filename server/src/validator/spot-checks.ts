@@ -1,3 +1,5 @@
+// Only a stage's first microbatch after each merge can be replayed exactly, and a miner can tell which one that is:
+// spot checks are the quick first line, and the whole-round audits (audits.ts) are what see every other microbatch.
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { createHash, randomBytes, randomInt } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
