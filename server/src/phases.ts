@@ -1,6 +1,7 @@
 // One file over 400 lines, not yet split by role: the phase machine (trigger, ready window, go, reports, close) is one
 // state per stage that every step reads and writes; issue 40 splits it along with the run state it queries.
 import { PROTOCOL_VERSION, ProtocolError, type ClientMessage, type MergeGo } from '@train-at-home/protocol';
+import { roundPrecision } from '@train-at-home/swarm/codec';
 import { partitionMap } from '@train-at-home/swarm/partition';
 import { randomInt } from 'node:crypto';
 import type { MinerChannel, RunContext } from './run-state';
@@ -285,7 +286,7 @@ export class PhaseMachine {
       mode,
       participants,
       weights,
-      precision: m.precision,
+      precision: roundPrecision(m.precision, mode),
       reduction: m.reduction === 'centered-clip' ? { kind: 'centered-clip', radius: m.clipScale > 0 ? m.clipScale : m.clipRadius, relative: m.clipScale > 0 } : { kind: 'mean' },
       timeouts: { senderMs: m.senderMs, reducerMs: m.reducerMs, roundMs: m.roundMs },
       outer: { lr: m.outerLr, momentum: m.outerMomentum },

@@ -81,8 +81,8 @@ export interface MergeSettings {
   every: number;
   /** …or once its training phase has lasted this long and some work was done. */
   maxTrainingMs: number;
-  /** How the pseudo-gradient travels between replicas. */
-  precision: 'fp32' | 'fp16' | 'int8';
+  /** How the pseudo-gradient travels between replicas (packages/swarm/src/allreduce/values.ts). */
+  precision: 'fp32' | 'fp16' | 'int8' | 'topk8' | 'topk32';
   /** How owners reduce a partition's contributions: CenteredClip by default (a poisoned contribution weighs at most τ). */
   reduction: 'mean' | 'centered-clip';
   /**

@@ -9,13 +9,16 @@ const miners: Miner[] = [];
 
 beforeAll(async () => {
   // An absolute radius (clipScale 0) far below any real pseudo-gradient’s spread: every contribution gets clipped.
+  // Contributions as top-32 of each 256 values (codec.ts): owners reduce compressed slices, each checked against the
+  // commitment sent with merge-ready, and the forced audits check the compressed slices the owners received. (The
+  // default fp16 merge with CenteredClip runs in the adversarial, liar and replicas tests.)
   ({ app, url } = await listeningCoordinator({
     name: 'centered-clip',
     preset: 'tiny',
     stages: 2,
     bottleneck: 32,
     training: { batchSize: 4 },
-    merge: { every: 3, precision: 'fp16', reduction: 'centered-clip', clipScale: 0, clipRadius: 1e-6, readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
+    merge: { every: 3, precision: 'topk32', reduction: 'centered-clip', clipScale: 0, clipRadius: 1e-6, readyMs: 20_000, senderMs: 8_000, reducerMs: 4_000, roundMs: 30_000 },
   }));
 });
 afterAll(async () => {

@@ -349,7 +349,8 @@ export interface MergeGo {
   participants: string[];
   /** Verified microbatches of each participant since the last merge: the mean's weights. */
   weights: Record<string, number>;
-  precision: 'fp32' | 'fp16' | 'int8';
+  /** The round's (a top-k run averages weights at fp16: swarm's codec.ts, roundPrecision). */
+  precision: 'fp32' | 'fp16' | 'int8' | 'topk8' | 'topk32';
   reduction: { kind: 'mean' } | { kind: 'centered-clip'; radius: number; relative?: boolean };
   timeouts: { senderMs: number; reducerMs: number; roundMs: number };
   outer: { lr: number; momentum: number };

@@ -2,6 +2,7 @@ import * as tf from '@tensorflow/tfjs';
 import { contentHash, exportStageWeights, type Stage } from '@train-at-home/model';
 import type { MergeGo } from '@train-at-home/protocol';
 import { AllReduceError, type ButterflyNode, type Evidence, type RoundResult } from './allreduce/butterfly';
+import { roundPrecision } from './allreduce/codec';
 import { contributionRoot } from './allreduce/commitment';
 import { OuterOptimizer } from './allreduce/outer';
 import type { AllReducePrecision } from './allreduce/values';
@@ -63,9 +64,9 @@ export async function prepareContribution(stage: Stage, outer: OuterOptimizer, p
   // Each root is seconds of hashing on a gpu stage (28 M values: 6 s for both on this project's 2-core machine):
   // the event loop gets a turn between them, so the miner's heartbeats and answers go out meanwhile.
   await nextTurn();
-  const outerRoot = contributionRoot(pseudo, precision);
+  const outerRoot = contributionRoot(pseudo, roundPrecision(precision, 'outer'));
   await nextTurn();
-  const averageRoot = contributionRoot(average, precision);
+  const averageRoot = contributionRoot(average, roundPrecision(precision, 'average'));
   return { current, outer: pseudo, average, roots: { outer: outerRoot, average: averageRoot } };
 }
 

@@ -2,7 +2,7 @@
 // table, and its parts share the Auditor's state; issue 40 splits it by role along with the run state it queries.
 import { auditCommitment, drawRateOf, isAudited } from '@train-at-home/incentives';
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
-import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, recordFloorBytes, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
+import { EXACT_REPLAY_BACKEND, MAX_RECORD_BYTES, REPLAY_TOLERANCE, RecordError, decodeRecord, recordFloorBytes, roundPrecision, type AuditInputs, type AuditVerdict, type ConfirmedTransfer, type ReplayTolerance, type RoundRecord } from '@train-at-home/swarm';
 import { PRESETS, countStageParameters, stageSpecs } from '@train-at-home/model';
 import { randomBytes } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
@@ -452,7 +452,7 @@ export class Auditor {
     const committed = merge?.mode === 'outer' ? end?.outer_root : merge?.mode === 'average' ? end?.average_root : null;
     const job: AuditJob = {
       ...(merge?.mode && merge.seed !== null && participants.length >= 2
-        ? { merge: { mode: merge.mode, seed: merge.seed, participants, precision: c.run.merge.precision, received, ...(committed ? { committed } : {}) } }
+        ? { merge: { mode: merge.mode, seed: merge.seed, participants, precision: roundPrecision(c.run.merge.precision, merge.mode), received, ...(committed ? { committed } : {}) } }
         : {}),
       record: bytes,
       ...(startWeights ? { startWeights } : {}),

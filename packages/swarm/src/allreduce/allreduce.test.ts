@@ -8,7 +8,9 @@ import { MemoryNetwork } from './memory';
 import { OuterOptimizer } from './outer';
 import { partitionMap } from './partition';
 import { reduceContributions } from './reduce';
-import { decodeValues, encodeValues, encodedBytes } from './values';
+import { contributionBytes, decodeContribution, encodeContribution, roundPrecision } from './codec';
+import { decodeTopK, encodeTopK } from './sparse';
+import { decodeValues, encodeValues, encodedBytes, type AllReducePrecision } from './values';
 
 function vectors(ids: string[], length: number, seed = 1): Map<string, Float32Array> {
   const r = rng(seed);
@@ -387,16 +389,19 @@ describe('committed contributions', () => {
 
   it('an encoded slice cut on block boundaries has the leaves of the whole vector there, in every precision', () => {
     const v = vectors(['a'], 256 * 7 + 13).get('a')!;
-    for (const precision of ['fp32', 'fp16', 'int8'] as const) {
-      const whole = blockLeaves(encodeValues(v, precision), v.length, precision);
-      const slice = blockLeaves(encodeValues(v.subarray(256 * 2, 256 * 5), precision), 256 * 3, precision);
+    for (const precision of ['fp32', 'fp16', 'int8', 'topk8', 'topk32'] as const) {
+      const whole = blockLeaves(encodeContribution(v, precision), v.length, precision);
+      expect(whole.length).toBe(8);
+      const slice = blockLeaves(encodeContribution(v.subarray(256 * 2, 256 * 5), precision), 256 * 3, precision);
       expect(slice.map((h) => bytesToHex(h))).toEqual(whole.slice(2, 5).map((h) => bytesToHex(h)));
-      const tail = blockLeaves(encodeValues(v.subarray(256 * 6), precision), 256 + 13, precision);
+      const tail = blockLeaves(encodeContribution(v.subarray(256 * 6), precision), 256 + 13, precision);
       expect(tail.map((h) => bytesToHex(h))).toEqual(whole.slice(6).map((h) => bytesToHex(h)));
+      // Bytes of another length are not a contribution of this precision.
+      expect(() => blockLeaves(encodeContribution(v, precision).subarray(1), v.length, precision)).toThrow(RangeError);
     }
   });
 
-  for (const precision of ['fp32', 'int8'] as const) {
+  for (const precision of ['fp32', 'int8', 'topk32'] as const) {
     it(`a contribution that differs from its commitment is refused by its owners and left out of the merge (${precision})`, async () => {
       const peers = ids(5);
       const length = 256 * 12 + 100;
@@ -431,6 +436,85 @@ describe('committed contributions', () => {
       await expect(new MemoryNetwork().node('peer-0').run(spec(peers, { commitments: { ...commitments, 'peer-4': 'x' } }), local.get('peer-0')!)).rejects.toThrow(/BAD_INPUT/);
     });
   }
+});
+
+describe('top-k rounds (compressed contributions)', () => {
+  /** What each contribution carries at a top-k precision: its k largest of each block, as the owners decode them. */
+  const sentOf = (local: Map<string, Float32Array>, precision: AllReducePrecision): Map<string, Float32Array> =>
+    new Map([...local].map(([id, v]) => [id, decodeContribution(encodeContribution(v, precision), v.length, precision)]));
+
+  for (const precision of ['topk32', 'topk8'] as const) {
+    it(`${precision}: every peer ends with the same vector, the work-weighted mean of what the contributions carried, for a fraction of fp16's bytes`, async () => {
+      const peers = ids(6);
+      const length = 256 * 20 + 37;
+      const local = vectors(peers, length, 11);
+      const commitments = Object.fromEntries(peers.map((id) => [id, contributionRoot(local.get(id)!, precision)]));
+      const net = new MemoryNetwork();
+      const results = await runAll(net, peers, spec(peers, { precision, commitments }), local);
+      expect(net.rejections).toEqual([]);
+      const sent = sentOf(local, precision);
+      const expected = meanOf(sent, spec(peers).weights, peers, 0, length);
+      const first = results.get(peers[0]!)!.values;
+      // The results are int8 under a scale per block: within half a step of the block's largest magnitude / 127.
+      let largest = 0;
+      for (const x of expected) largest = Math.max(largest, Math.abs(x));
+      for (const r of results.values()) {
+        expect(r.contributors).toEqual([...peers].sort());
+        expect(r.sources.agreed).toBe(roundPartitionMap(peers, length, 42).length);
+        expect([...r.values]).toEqual([...first]);
+        expect(maxDiff(r.values, expected)).toBeLessThanOrEqual(largest / 127 / 2 + 1e-9);
+      }
+      // Zero wherever no contribution carried a value (an owner's result is sparse).
+      let untouched = 0;
+      for (let i = 0; i < length; i++) if ([...sent.values()].every((v) => v[i] === 0)) (untouched++, expect(first[i]).toBe(0));
+      expect(untouched).toBeGreaterThan(0);
+      const dense = new MemoryNetwork();
+      await runAll(dense, peers, spec(peers, { precision: 'fp16', commitments: Object.fromEntries(peers.map((id) => [id, contributionRoot(local.get(id)!, 'fp16')])) }), local);
+      const bytes = (n: MemoryNetwork): number => [...n.sent.values()].reduce((a, b) => a + b, 0);
+      // Each contribution is (4 + 2k) bytes a block against fp16's 516; a result is as sparse as the union of six
+      // peers' indices (up to 6k of 256), and headers and range proofs are the same in both rounds.
+      expect(bytes(net) / bytes(dense)).toBeLessThan(precision === 'topk32' ? 0.5 : 0.25);
+    });
+  }
+
+  it('a top-k contribution that is malformed, out of range or over its budget is refused by name and changes nothing', async () => {
+    const peers = ids(4);
+    const length = 256 * 8;
+    const local = vectors(peers, length, 3);
+    const net = new MemoryNetwork();
+    const s = spec(peers, { precision: 'topk32' });
+    const map = roundPartitionMap(peers, length, s.seed);
+    const owned = map.find((p) => p.owners.includes('peer-0') && !p.owners.includes('peer-1'))!;
+    const n = owned.end - owned.start;
+    const honest = encodeContribution(local.get('peer-1')!.subarray(owned.start, owned.end), 'topk32');
+    const contribution = (values: Uint8Array): Uint8Array => encodeMessage({ type: MSG.contribution, precision: 'topk32', partition: owned.index, round: 1, weight: 2, indices: [], verdict: 0, values });
+    const unsorted = Uint8Array.from(honest);
+    [unsorted[4], unsorted[5]] = [unsorted[5]!, unsorted[4]!];
+    const outOfRange = Uint8Array.from(honest);
+    new DataView(outOfRange.buffer).setInt8(4 + 32, -128);
+    const badScale = Uint8Array.from(honest);
+    new DataView(badScale.buffer).setFloat32(0, Number.NaN, true);
+    // Before the round starts here: queued, then read first, ahead of peer-1's own contribution.
+    for (const bad of [unsorted, outOfRange, badScale, encodeValues(local.get('peer-1')!.subarray(owned.start, owned.end), 'int8'), honest.subarray(0, honest.length - 2)]) net.node('peer-0').deliver('peer-1', contribution(bad));
+    expect(contributionBytes(n, 'topk32')).toBe(honest.length);
+    const results = await runAll(net, peers, s, local);
+    expect(net.rejections.map((r) => `${r.at}<${r.from}:${r.code}`)).toEqual(Array(5).fill('peer-0<peer-1:BAD_VALUES'));
+    // peer-1's honest contribution came after and was taken: the round is the one with no bad message.
+    const clean = await runAll(new MemoryNetwork(), peers, { ...s, round: 2 }, local);
+    for (const [id, r] of results) {
+      expect(r.contributors).toEqual([...peers].sort());
+      expect([...r.values]).toEqual([...clean.get(id)!.values]);
+    }
+  });
+
+  it('weights are never sparsified: an average round of a top-k run runs at fp16', () => {
+    expect(roundPrecision('topk32', 'outer')).toBe('topk32');
+    expect(roundPrecision('topk32', 'average')).toBe('fp16');
+    expect(roundPrecision('int8', 'average')).toBe('int8');
+    // The top-k encoding the round sends is sparse.ts's, at its fixed size.
+    const v = vectors(['a'], 600).get('a')!;
+    expect([...decodeContribution(encodeContribution(v, 'topk8'), 600, 'topk8')]).toEqual([...decodeTopK(encodeTopK(v, 8), 600, 8)]);
+  });
 });
 
 describe('reduction edge cases', () => {

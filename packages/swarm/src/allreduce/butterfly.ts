@@ -3,7 +3,8 @@ import { bytesToHex } from '@noble/hashes/utils';
 import { blockLeaves, decodeProof, encodeProof, rangeProof, verifyRange } from './commitment';
 import { partitionMap, type Partition } from './partition';
 import { reduceContributions, type Reduction } from './reduce';
-import { BLOCK, PRECISION_CODES, ValuesError, decodeValues, encodeValues, encodedBytes, type AllReducePrecision } from './values';
+import { contributionBytes, decodeContribution, decodeResult, encodeContribution, encodeResult } from './codec';
+import { BLOCK, PRECISION_CODES, ValuesError, type AllReducePrecision } from './values';
 
 /**
  * The butterfly all-reduce of one stage's replicas (redundancy 2).
@@ -24,14 +25,14 @@ import { BLOCK, PRECISION_CODES, ValuesError, decodeValues, encodeValues, encode
  * Wire format of one all-reduce message (little-endian), the payload of a
  * 'partition' frame between peers:
  *   0  u8   type: 1 contribution, 2 contributor set, 3 result, 4 audit request, 5 audit contribution, 6 audit verdict
- *   1  u8   precision: 0 fp32, 1 fp16, 2 int8
+ *   1  u8   precision: 0 fp32, 1 fp16, 2 int8, 3 topk8, 4 topk32
  *   2  u16  partition index
  *   4  u32  round
  *   8  f64  weight of a contribution (work since the last merge), else 0
  *   16 u16  k: number of participant indices that follow
  *   18 u16  verdict bits (audit verdict: 1 = first owner right, 2 = second owner right)
  *   20 k×u16 participant indices (into the sorted participant list)
- *   .. encoded values (see values.ts); a contribution in a round with
+ *   .. encoded values (codec.ts: a contribution's, or a result's); a contribution in a round with
  *      commitments is followed by its range proof (commitment.ts), 32 bytes a hash
  */
 export const MSG = { contribution: 1, contributors: 2, result: 3, auditRequest: 4, auditContribution: 5, auditVerdict: 6 } as const;
@@ -295,7 +296,7 @@ class Round {
     const { precision } = this.spec;
     // Scatter: the same encoded bytes go to both owners, and an owner reduces the decoded bytes of its own slice too.
     // With commitments, each slice travels with the range proof that ties it to this peer's root.
-    for (const p of this.map) this.myRaw.set(p.index, encodeValues(this.local.subarray(p.start, p.end), precision));
+    for (const p of this.map) this.myRaw.set(p.index, encodeContribution(this.local.subarray(p.start, p.end), precision));
     const leaves = this.spec.commitments ? this.map.flatMap((p) => blockLeaves(this.myRaw.get(p.index)!, p.end - p.start, precision)) : [];
     for (const p of this.map) {
       const slice = this.myRaw.get(p.index)!;
@@ -308,7 +309,7 @@ class Round {
       }
       for (const owner of p.owners) {
         if (owner === this.selfId) {
-          this.contributions.get(p.index)!.set(this.me, { values: decodeValues(slice, p.end - p.start, precision), weight: this.weightOf(this.me) });
+          this.contributions.get(p.index)!.set(this.me, { values: decodeContribution(slice, p.end - p.start, precision), weight: this.weightOf(this.me) });
           this.receivedHashes.get(p.index)!.set(this.me, hashHex(slice));
         }
         else this.post(owner, this.message(MSG.contribution, p.index, { weight: this.weightOf(this.me), values: raw }));
@@ -355,8 +356,8 @@ class Round {
       this.spec.reduction,
     );
     for (const at of clippedAt) this.clippedFrom.push({ partition: p.index, from: this.peers[indices[at]!]! });
-    const raw = encodeValues(values, this.spec.precision);
-    this.candidates.get(p.index)!.set(this.selfId, { indices, raw, values: decodeValues(raw, p.end - p.start, this.spec.precision) });
+    const raw = encodeResult(values, this.spec.precision);
+    this.candidates.get(p.index)!.set(this.selfId, { indices, raw, values: decodeResult(raw, p.end - p.start, this.spec.precision) });
     const msg = this.message(MSG.result, p.index, { indices, values: raw });
     for (const peer of this.peers) if (peer !== this.selfId) this.post(peer, msg);
     this.poke();
@@ -392,14 +393,14 @@ class Round {
   private async audit(p: Partition, a: Candidate, b: Candidate): Promise<void> {
     const claimed = [...new Set([...a.indices, ...b.indices])].sort((x, y) => x - y);
     const mine = this.auditContributions.get(p.index)!;
-    mine.set(this.me, { values: decodeValues(this.myRaw.get(p.index)!, p.end - p.start, this.spec.precision), weight: this.weightOf(this.me) });
+    mine.set(this.me, { values: decodeContribution(this.myRaw.get(p.index)!, p.end - p.start, this.spec.precision), weight: this.weightOf(this.me) });
     const request = this.message(MSG.auditRequest, p.index);
     for (const i of claimed) if (i !== this.me) this.post(this.peers[i]!, request);
     await this.until(() => claimed.every((i) => mine.has(i)), this.t0 + this.t.roundMs - this.t.reducerMs);
     const check = (c: Candidate): boolean => {
       if (!c.indices.every((i) => mine.has(i))) return false;
       const { values } = reduceContributions(c.indices.map((i) => mine.get(i)!), this.spec.reduction);
-      const raw = encodeValues(values, this.spec.precision);
+      const raw = encodeResult(values, this.spec.precision);
       return hashHex(raw) === hashHex(c.raw);
     };
     const verdict = (check(a) ? 1 : 0) | (check(b) ? 2 : 0);
@@ -418,10 +419,12 @@ class Round {
     if (!p) return reject('BAD_PARTITION', `no partition ${m.partition}`);
     if (m.precision !== this.spec.precision) return reject('MALFORMED', `precision ${m.precision}, the round uses ${this.spec.precision}`);
     const n = p.end - p.start;
-    const values = (bytes = m.values): Float32Array | undefined => {
+    // A contribution has a fixed size for its partition; a result (a top-k round's is sparse) is checked as it is read.
+    const values = (kind: 'contribution' | 'result', bytes = m.values): Float32Array | undefined => {
       try {
-        if (bytes.length !== encodedBytes(n, m.precision)) throw new ValuesError('BAD_LENGTH', `${bytes.length} bytes for ${n} values`);
-        return decodeValues(bytes, n, m.precision);
+        if (kind === 'result') return decodeResult(bytes, n, m.precision);
+        if (bytes.length !== contributionBytes(n, m.precision)) throw new ValuesError('BAD_LENGTH', `${bytes.length} bytes for ${n} values`);
+        return decodeContribution(bytes, n, m.precision);
       } catch (e) {
         reject('BAD_VALUES', (e as Error).message);
         return undefined;
@@ -440,9 +443,9 @@ class Round {
         if (this.receivedHashes.get(p.index)!.has(sender)) return reject('DUPLICATE', 'contribution already received');
         if (this.fixedSets.has(p.index)) return; // late: the set is fixed; it rolls into the next round
         const root = this.spec.commitments?.[from];
-        const size = encodedBytes(n, m.precision);
+        const size = contributionBytes(n, m.precision);
         const raw = root ? m.values.subarray(0, size) : m.values;
-        const v = values(raw);
+        const v = values('contribution', raw);
         if (!v) break;
         // What it sent is evidence either way (an audit compares it with where the sender's round leads).
         this.receivedHashes.get(p.index)!.set(sender, hashHex(raw));
@@ -467,7 +470,7 @@ class Round {
         const box = this.candidates.get(p.index)!;
         if (box.has(from)) return reject('DUPLICATE', 'result already received');
         if (!validIndices()) return;
-        const v = values();
+        const v = values('result');
         if (v) box.set(from, { indices: m.indices, raw: m.values, values: v });
         break;
       }
@@ -480,7 +483,7 @@ class Round {
         if (p.auditor !== this.selfId) return reject('NOT_OWNER', `this peer does not audit partition ${p.index}`);
         const box = this.auditContributions.get(p.index)!;
         if (box.has(sender)) return reject('DUPLICATE', 'audit contribution already received');
-        const v = values();
+        const v = values('contribution');
         if (v) box.set(sender, { values: v, weight: this.weightOf(sender) });
         break;
       }

@@ -1,6 +1,7 @@
 import { sha256 } from '@noble/hashes/sha256';
 import { bytesToHex } from '@noble/hashes/utils';
-import { BLOCK, encodeValues, encodedBytes, type AllReducePrecision } from './values';
+import { contributionBytes, encodeContribution, topKOf } from './codec';
+import { BLOCK, type AllReducePrecision } from './values';
 
 /**
  * A replica's merge contribution, committed before the all-reduce: the Merkle
@@ -11,8 +12,9 @@ import { BLOCK, encodeValues, encodedBytes, type AllReducePrecision } from './va
  * against the sender's root (butterfly.ts, COMMITMENT_MISMATCH). An audit
  * compares the root with the contribution its replay leads to.
  *
- * Leaves are the vector's blocks of BLOCK values as values.ts encodes them
- * (each block carries its own scale), so an owner hashes its slice's blocks
+ * Leaves are the vector's blocks of BLOCK values as a contribution encodes them
+ * (codec.ts: each block carries its own scale; a top-k block its own indices, and
+ * is contiguous on the wire), so an owner hashes its slice's blocks
  * straight from the bytes it received: partitions are cut on block
  * boundaries (partition.ts, `align`). leaf = sha256(0x00 ‖ block bytes),
  * node = sha256(0x01 ‖ left ‖ right); a last node without a sibling is
@@ -39,12 +41,19 @@ const nodeHash = (left: Uint8Array, right: Uint8Array): Uint8Array => {
 
 /** The leaf hashes of an encoded slice of n values (whose blocks start at a block boundary of the whole vector). */
 export function blockLeaves(raw: Uint8Array, n: number, precision: AllReducePrecision): Uint8Array[] {
-  if (raw.length !== encodedBytes(n, precision)) throw new RangeError(`${raw.length} bytes for ${n} ${precision} values`);
+  if (raw.length !== contributionBytes(n, precision)) throw new RangeError(`${raw.length} bytes for ${n} ${precision} values`);
   const blocks = Math.ceil(n / BLOCK);
   const leaves: Uint8Array[] = [];
-  for (let b = 0; b < blocks; b++) {
+  const k = topKOf(precision);
+  for (let b = 0, at = 0; b < blocks; b++) {
     const lo = b * BLOCK;
     const hi = Math.min(n, lo + BLOCK);
+    if (k) {
+      const size = 4 + 2 * Math.min(k, hi - lo);
+      leaves.push(leafHash(raw.subarray(at, at + size)));
+      at += size;
+      continue;
+    }
     if (precision === 'fp32') {
       leaves.push(leafHash(raw.subarray(4 * lo, 4 * hi)));
       continue;
@@ -74,7 +83,7 @@ export function merkleRoot(leaves: Uint8Array[]): string {
 
 /** A contribution's commitment: the root of its encoded blocks. */
 export function contributionRoot(values: Float32Array, precision: AllReducePrecision): string {
-  return merkleRoot(blockLeaves(encodeValues(values, precision), values.length, precision));
+  return merkleRoot(blockLeaves(encodeContribution(values, precision), values.length, precision));
 }
 
 /** The hashes that, with leaves [from, to), recompute the root: at each level the left neighbour of the range's start, then the right neighbour of its end, where the range needs them. */

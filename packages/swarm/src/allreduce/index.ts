@@ -6,3 +6,4 @@ export * from './butterfly';
 export * from './outer';
 export * from './memory';
 export * from './sparse';
+export * from './codec';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { mulberry32 } from '@train-at-home/model';
 import { BLOCK } from './values';
-import { ErrorFeedback, SparseError, decodeSparse, decodeTopK, encodeSparse, encodeTopK, topKBytes } from './sparse';
+import { DENSE_BLOCK, ErrorFeedback, SparseError, decodeSparse, decodeTopK, encodeSparse, encodeTopK, topKBytes } from './sparse';
 
 const random = (n: number, seed: number): Float32Array => {
   const r = mulberry32(seed);
@@ -106,9 +106,10 @@ describe('sparse owner results', () => {
     const b = decodeTopK(encodeTopK(random(n, 7), 8), n, 8);
     const mean = a.map((v, i) => (v + b[i]!) / 2);
     const bytes = encodeSparse(mean);
-    const nonZero = mean.filter((v) => v !== 0).length;
-    expect(nonZero).toBeLessThanOrEqual(4 * 2 * 8);
-    expect(bytes.length).toBe(4 * 6 + 2 * nonZero);
+    const nonZero = mean.subarray(0, 3 * BLOCK).filter((v) => v !== 0).length;
+    expect(nonZero).toBeLessThanOrEqual(3 * 2 * 8);
+    // The three whole blocks sparse; the tail's 7 values are all non-zero, so it goes dense (6 + 7 bytes, not 6 + 14).
+    expect(bytes.length).toBe(3 * 6 + 2 * nonZero + 6 + 7);
     const back = decodeSparse(bytes, n);
     for (let i = 0; i < n; i++) {
       if (mean[i] === 0) expect(back[i]).toBe(0);
@@ -129,5 +130,28 @@ describe('sparse owner results', () => {
     const repeats = Uint8Array.from(good);
     repeats[7] = repeats[6]!;
     expect(code(() => decodeSparse(repeats, n))).toBe('BAD_INDEX');
+  });
+
+  it('a result block with more non-zero values than half its length is sent dense: never more than int8 a value, decoded alike', () => {
+    const n = 256 * 3 + 40;
+    // Block 0 dense (every value non-zero), block 1 sparse (8 values), block 2 exactly half (sparse), the tail dense.
+    const v = random(n, 9);
+    for (let i = 256; i < 512; i++) if (i % 32 !== 0) v[i] = 0;
+    for (let i = 512; i < 768; i++) if (i % 2 === 0) v[i] = 0;
+    const bytes = encodeSparse(v);
+    expect(bytes.length).toBe(6 + 256 + (6 + 2 * 8) + (6 + 2 * 128) + (6 + 40));
+    const view = new DataView(bytes.buffer);
+    expect(view.getUint16(0, true)).toBe(DENSE_BLOCK);
+    const back = decodeSparse(bytes, n);
+    for (let i = 0; i < n; i++) {
+      if (v[i] === 0) expect(back[i]).toBe(0);
+      else expect(Math.abs(back[i]! - v[i]!)).toBeLessThan(0.05);
+    }
+    expect(encodeSparse(v)).toEqual(bytes);
+    // A dense block cut short, or holding −128, is refused by name.
+    expect(code(() => decodeSparse(bytes.subarray(0, 100), n))).toBe('BAD_LENGTH');
+    const low = Uint8Array.from(bytes);
+    low[6] = 0x80;
+    expect(code(() => decodeSparse(low, n))).toBe('OUT_OF_RANGE');
   });
 });

@@ -10,6 +10,9 @@ import { BLOCK } from './values';
  *   result (sparse)       per block: u16 count c, f32 scale, c × u8 index (ascending), c × i8 value: a
  *                         reduction of top-k contributions is zero outside the union of their indices,
  *                         so an owner's result is as sparse as the replicas' contributions together.
+ *                         A block with more non-zero values than half its length (many replicas whose
+ *                         indices differ) is sent dense instead: c = DENSE_BLOCK, f32 scale, one i8 per
+ *                         value, so a result never costs more than int8's 1 byte a value (+ 6 a block).
  *
  * Both are deterministic (ties in magnitude go to the lower index), so two owners that reduce the same inputs
  * send the same bytes. What a contribution leaves out is not lost: `ErrorFeedback` carries it into the next one.
@@ -25,6 +28,9 @@ export class SparseError extends Error {
 }
 
 const blockLength = (n: number, b: number): number => Math.min(BLOCK, n - b * BLOCK);
+
+/** The count of a result block sent dense (every value, in order). */
+export const DENSE_BLOCK = 0xffff;
 
 function checkBudget(k: number): void {
   if (!Number.isInteger(k) || k < 1 || k > BLOCK) throw new SparseError('BAD_BUDGET', `k = ${k}: between 1 and ${BLOCK} values per block`);
@@ -100,7 +106,7 @@ export function decodeTopK(bytes: Uint8Array, n: number, k: number): Float32Arra
 /** A mostly-zero vector (an owner's reduction of top-k contributions) as its non-zero values, block by block. */
 export function encodeSparse(values: Float32Array): Uint8Array {
   const n = values.length;
-  const blocks: Array<{ kept: number[]; scale: number; lo: number }> = [];
+  const blocks: Array<{ kept: number[]; scale: number; lo: number; dense: boolean }> = [];
   let size = 0;
   for (let b = 0; b * BLOCK < n; b++) {
     const lo = b * BLOCK;
@@ -111,15 +117,23 @@ export function encodeSparse(values: Float32Array): Uint8Array {
       if (!Number.isFinite(v)) throw new SparseError('NOT_FINITE', `value ${lo + i} is ${v}`);
       if (v !== 0) kept.push(i), (max = Math.max(max, Math.abs(v)));
     }
-    blocks.push({ kept, scale: Math.fround(max / 127), lo });
-    size += 6 + 2 * kept.length;
+    const dense = 2 * kept.length > blockLength(n, b);
+    blocks.push({ kept, scale: Math.fround(max / 127), lo, dense });
+    size += 6 + (dense ? blockLength(n, b) : 2 * kept.length);
   }
   const out = new Uint8Array(size);
   const view = new DataView(out.buffer);
   let at = 0;
-  for (const { kept, scale, lo } of blocks) {
-    view.setUint16(at, kept.length, true);
+  for (const [b, { kept, scale, lo, dense }] of blocks.entries()) {
     view.setFloat32(at + 2, scale, true);
+    if (dense) {
+      view.setUint16(at, DENSE_BLOCK, true);
+      const len = blockLength(n, b);
+      for (let i = 0; i < len; i++) view.setInt8(at + 6 + i, quantize(values[lo + i]!, scale));
+      at += 6 + len;
+      continue;
+    }
+    view.setUint16(at, kept.length, true);
     kept.forEach((i, j) => {
       out[at + 6 + j] = i;
       view.setInt8(at + 6 + kept.length + j, quantize(values[lo + i]!, scale));
@@ -137,6 +151,18 @@ export function decodeSparse(bytes: Uint8Array, n: number): Float32Array {
     const len = blockLength(n, b);
     if (at + 6 > bytes.length) throw new SparseError('BAD_LENGTH', `${bytes.length} bytes end inside block ${b} of ${Math.ceil(n / BLOCK)}`);
     const count = view.getUint16(at, true);
+    if (count === DENSE_BLOCK) {
+      if (at + 6 + len > bytes.length) throw new SparseError('BAD_LENGTH', `${bytes.length} bytes end inside dense block ${b}`);
+      const scale = view.getFloat32(at + 2, true);
+      if (!Number.isFinite(scale) || scale < 0) throw new SparseError('NOT_FINITE', `block ${b}'s scale is ${scale}`);
+      for (let i = 0; i < len; i++) {
+        const q = view.getInt8(at + 6 + i);
+        if (q === -128) throw new SparseError('OUT_OF_RANGE', `block ${b}: value −128`);
+        out[b * BLOCK + i] = scale * q;
+      }
+      at += 6 + len;
+      continue;
+    }
     if (count > len) throw new SparseError('BAD_INDEX', `block ${b} claims ${count} values of ${len}`);
     if (at + 6 + 2 * count > bytes.length) throw new SparseError('BAD_LENGTH', `${bytes.length} bytes end inside block ${b}`);
     readBlock(view, at + 2, count, len, b * BLOCK, out);

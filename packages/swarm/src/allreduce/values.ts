@@ -1,24 +1,33 @@
 /**
  * How a slice of the pseudo-gradient travels in the all-reduce. A run setting:
- *   fp32  4 bytes per value;
- *   fp16  2 bytes per value + a 4-byte fp32 scale per block of 256 (values are
- *         divided by their block's largest magnitude, so no block under- or overflows);
- *   int8  1 byte per value + a 4-byte fp32 scale per block of 256 (round to nearest).
+ *   fp32    4 bytes per value;
+ *   fp16    2 bytes per value + a 4-byte fp32 scale per block of 256 (values are
+ *           divided by their block's largest magnitude, so no block under- or overflows);
+ *   int8    1 byte per value + a 4-byte fp32 scale per block of 256 (round to nearest);
+ *   topk32  the 32 largest of each block of 256, int8 under the block's scale, with
+ *           their indices (sparse.ts; results as the reduction's non-zero values): 0.27 bytes a value;
+ *   topk8   the 8 largest: 0.08 bytes a value.
  * Encoding is deterministic, so two owners that reduce the same inputs send the same bytes.
+ * This file encodes the dense ones; codec.ts picks the encoding of each message by precision.
  */
-export type AllReducePrecision = 'fp32' | 'fp16' | 'int8';
+export type DensePrecision = 'fp32' | 'fp16' | 'int8';
+export type AllReducePrecision = DensePrecision | 'topk8' | 'topk32';
 
-export const PRECISION_CODES: Record<AllReducePrecision, number> = { fp32: 0, fp16: 1, int8: 2 };
+export const PRECISION_CODES: Record<AllReducePrecision, number> = { fp32: 0, fp16: 1, int8: 2, topk8: 3, topk32: 4 };
+/** Values kept per block by the top-k precisions. */
+export const TOP_K: Partial<Record<AllReducePrecision, number>> = { topk8: 8, topk32: 32 };
 export const BLOCK = 256;
 
 /** Encoded size of n values. */
-export function encodedBytes(n: number, precision: AllReducePrecision): number {
+export function encodedBytes(n: number, precision: DensePrecision): number {
   const blocks = Math.ceil(n / BLOCK);
   return precision === 'fp32' ? 4 * n : precision === 'fp16' ? 2 * n + 4 * blocks : n + 4 * blocks;
 }
 
-/** Bytes per value, scales included, for a long vector: what a precision costs on the wire. */
+/** Bytes per value of a contribution, scales (and a top-k's indices) included, for a long vector: what a precision costs on the wire. */
 export function bytesPerValue(precision: AllReducePrecision): number {
+  const k = TOP_K[precision];
+  if (k) return (4 + 2 * k) / BLOCK;
   return precision === 'fp32' ? 4 : precision === 'fp16' ? 2 + 4 / BLOCK : 1 + 4 / BLOCK;
 }
 
@@ -70,7 +79,7 @@ function fromHalf(h: number): number {
   return sign * (1 + mant / 1024) * 2 ** (exp - 15);
 }
 
-export function encodeValues(values: Float32Array, precision: AllReducePrecision): Uint8Array {
+export function encodeValues(values: Float32Array, precision: DensePrecision): Uint8Array {
   const n = values.length;
   const out = new Uint8Array(encodedBytes(n, precision));
   const view = new DataView(out.buffer);
@@ -100,7 +109,7 @@ export function encodeValues(values: Float32Array, precision: AllReducePrecision
   return out;
 }
 
-export function decodeValues(bytes: Uint8Array, n: number, precision: AllReducePrecision): Float32Array {
+export function decodeValues(bytes: Uint8Array, n: number, precision: DensePrecision): Float32Array {
   if (bytes.length !== encodedBytes(n, precision)) throw new ValuesError('BAD_LENGTH', `${bytes.length} bytes for ${n} ${precision} values`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const out = new Float32Array(n);

@@ -9,7 +9,7 @@ import { MAX_RECORD_BYTES, RoundRecorder, decodeRecord, encodeRecord, RecordErro
 import { OuterOptimizer } from '../allreduce/outer';
 import { roundPartitionMap } from '../allreduce/butterfly';
 import { contributionRoot } from '../allreduce/commitment';
-import { encodeValues } from '../allreduce/values';
+import { encodeContribution } from '../allreduce/codec';
 import { readFlat } from '../merge';
 import { payloadHashHex as hashOf } from '@train-at-home/protocol';
 import { REPLAY_TOLERANCE, replayRound, type AuditInputs, type ConfirmedTransfer, type ReplayTolerance } from './replay';
@@ -216,24 +216,27 @@ describe('whole-round audits', () => {
     const honest = new OuterOptimizer(await readFlat(initial)).pseudoGradient(await readFlat(round.stages[k]!));
     initial.dispose();
     const participants = [IDS[k]!, 'd'.repeat(64), 'e'.repeat(64)];
-    // What the owners of each partition say they received from the miner: a given contribution's encoded slices.
-    const merge = (sent: Float32Array, committed?: Float32Array): AuditInputs['merge'] => ({
-      mode: 'outer',
-      seed: 42,
-      participants,
-      precision: 'int8',
-      received: roundPartitionMap(participants, sent.length, 42).flatMap((p) =>
-        p.owners.map((owner) => ({ partition: p.index, owner, hash: hashOf(encodeValues(sent.subarray(p.start, p.end), 'int8')) })),
-      ),
-      ...(committed ? { committed: contributionRoot(committed, 'int8') } : {}),
-    });
-    expect(await audit(round, k, undefined, merge(honest))).toMatchObject({ passed: true });
-    expect(await audit(round, k, undefined, merge(honest, honest))).toMatchObject({ passed: true });
-    expect(await audit(round, k, undefined, merge(honest.map((x) => x * 10)))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH' });
-    expect(await audit(round, k, undefined, merge(honest.map(() => Math.random() - 0.5)))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH' });
-    // A scaled contribution committed to with merge-ready (so its owners took it): the commitment itself is the evidence.
-    const scaled = honest.map((x) => x * 3);
-    expect(await audit(round, k, undefined, merge(scaled, scaled))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH', detail: expect.stringMatching(/committed with merge-ready/) });
+    // At a dense precision and at a top-k one (what a top-k run's contributions carry: codec.ts).
+    for (const precision of ['int8', 'topk32'] as const) {
+      // What the owners of each partition say they received from the miner: a given contribution's encoded slices.
+      const merge = (sent: Float32Array, committed?: Float32Array): AuditInputs['merge'] => ({
+        mode: 'outer',
+        seed: 42,
+        participants,
+        precision,
+        received: roundPartitionMap(participants, sent.length, 42).flatMap((p) =>
+          p.owners.map((owner) => ({ partition: p.index, owner, hash: hashOf(encodeContribution(sent.subarray(p.start, p.end), precision)) })),
+        ),
+        ...(committed ? { committed: contributionRoot(committed, precision) } : {}),
+      });
+      expect(await audit(round, k, undefined, merge(honest))).toMatchObject({ passed: true });
+      expect(await audit(round, k, undefined, merge(honest, honest))).toMatchObject({ passed: true });
+      expect(await audit(round, k, undefined, merge(honest.map((x) => x * 10)))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH' });
+      expect(await audit(round, k, undefined, merge(honest.map(() => Math.random() - 0.5)))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH' });
+      // A scaled contribution committed to with merge-ready (so its owners took it): the commitment itself is the evidence.
+      const scaled = honest.map((x) => x * 3);
+      expect(await audit(round, k, undefined, merge(scaled, scaled))).toMatchObject({ passed: false, reason: 'AUDIT_CONTRIBUTION_MISMATCH', detail: expect.stringMatching(/committed with merge-ready/) });
+    }
     round.stages.forEach((s) => s.dispose());
   });
 

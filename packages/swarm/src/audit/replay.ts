@@ -7,7 +7,8 @@ import { decodeMicrobatch, microbatchInputs, type Microbatch } from '../microbat
 import { OuterOptimizer } from '../allreduce/outer';
 import { roundPartitionMap } from '../allreduce/butterfly';
 import { contributionRoot } from '../allreduce/commitment';
-import { encodeValues, type AllReducePrecision } from '../allreduce/values';
+import { encodeContribution } from '../allreduce/codec';
+import type { AllReducePrecision } from '../allreduce/values';
 import { readFlat } from '../merge';
 import { StageCompute, type InnerTraining } from '../stage-compute';
 import type { RoundOp, RoundRecord } from './record';
@@ -328,7 +329,7 @@ export async function replayRound(a: AuditInputs): Promise<AuditVerdict> {
       for (const p of roundPartitionMap(m.participants, contribution.length, m.seed)) {
         const said = m.received.filter((r) => r.partition === p.index && p.owners.includes(r.owner));
         if (said.length === 0) continue;
-        const hash = bytesToHex(sha256(encodeValues(contribution.subarray(p.start, p.end), m.precision)));
+        const hash = bytesToHex(sha256(encodeContribution(contribution.subarray(p.start, p.end), m.precision)));
         if (said.every((r) => r.hash !== hash)) {
           throw new Failed('AUDIT_CONTRIBUTION_MISMATCH', undefined, `the owners of partition ${p.index} received a contribution other than the one its round leads to`);
         }
