@@ -12,7 +12,7 @@
  * vector, at the same precision, to every other peer.
  */
 import { PRESETS, paramSpecs, stageSpecs } from '@train-at-home/model';
-import { MemoryNetwork, encodedBytes, type AllReducePrecision } from '@train-at-home/swarm';
+import { MemoryNetwork, contributionBytes, topKOf, type AllReducePrecision } from '@train-at-home/swarm';
 import { join } from 'node:path';
 import { writeChartPng, writeCsv } from './charts';
 import { RESULTS_DIR, finish, machine } from './lib';
@@ -36,7 +36,7 @@ function vector(seed: number): Float32Array {
 }
 
 const rows: Array<{ n: number; precision: AllReducePrecision; bytesSentPerPeerRatio: number; bytesRecvPerPeerRatio: number; roundMs: number; naiveBytesSentPerPeerRatio: number }> = [];
-for (const precision of ['fp16', 'int8'] as const) {
+for (const precision of ['fp16', 'int8', 'topk32'] as const) {
   for (const n of [2, 4, 8, 16]) {
     const net = new MemoryNetwork();
     const peers = Array.from({ length: n }, (_, i) => `peer-${String(i).padStart(2, '0')}`);
@@ -62,11 +62,12 @@ for (const precision of ['fp16', 'int8'] as const) {
       bytesSentPerPeerRatio: +(sent / paramBytes).toFixed(4),
       bytesRecvPerPeerRatio: +(recv / paramBytes).toFixed(4),
       roundMs: Math.round(roundMs),
-      naiveBytesSentPerPeerRatio: +(((n - 1) * encodedBytes(P, precision)) / paramBytes).toFixed(4),
+      naiveBytesSentPerPeerRatio: +(((n - 1) * contributionBytes(P, precision)) / paramBytes).toFixed(4),
       // What the protocol must send, headers aside: its slice of every partition to each owner
       // other than itself (2·(n−1)/n of the vector) and its 2 partitions' results to the n − 1
-      // others (2·(n−1)/n again), so 4·(n−1)/n encoded vectors.
-      protocolRatio: +((4 * (n - 1) * encodedBytes(P, precision)) / n / paramBytes).toFixed(4),
+      // others (2·(n−1)/n again), so 4·(n−1)/n encoded vectors. A top-k round's results are as
+      // sparse as the union of the contributions' indices: its figure counts the contributions only.
+      protocolRatio: +(((topKOf(precision) ? 2 : 4) * (n - 1) * contributionBytes(P, precision)) / n / paramBytes).toFixed(4),
     };
     rows.push(row);
     console.log(JSON.stringify(row));
@@ -111,6 +112,10 @@ finish('allreduce', {
   // 10% flatness goal over n = 2…16 would need n = 2 to send more than it must (see note).
   maxBytesPerPeerRatio: Math.max(...ratios),
   int8Rows: rows.filter((r) => r.precision === 'int8'),
+  // Top-32 of each 256 values (codec.ts): each peer's contribution is fixed; the owners' results hold the union of
+  // the contributions' indices. These peers' vectors are independent random ones, whose top indices rarely coincide
+  // (a stage's replicas' pseudo-gradients share many), so from n = 8 most result blocks go dense: the worst case.
+  topk32Rows: rows.filter((r) => r.precision === 'topk32'),
   stage: { preset: 'small', layout, index: stage, parameters: P, parameterBytes: paramBytes },
   transport: 'in-process MemoryNetwork with per-peer byte counting (same ButterflyNode as the WebRTC miners); roundMs is compute only, all peers on one core',
   note:
