@@ -398,7 +398,7 @@ export class PipelineWorker {
   /**
    * A neighbour left: every microbatch that went to it, or came from it, is
    * dropped (its inputs freed). Stage 0's submissions fail at once with
-   * PEER_LOST, so the miner re-sends that data on another pathway; no step is
+   * PEER_LOST, so the miner sends a new microbatch on another pathway; no step is
    * taken for a dropped microbatch, so none is counted twice.
    */
   forgetPeer(peerId: string): number {

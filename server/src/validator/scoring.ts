@@ -20,7 +20,7 @@ export interface ScoreJob {
     stage: number | null;
     /** Verified microbatches of this epoch (see server/src/validator/accounting.ts). */
     work: number;
-    /** Flags standing against the miner (raised before the epoch ended). */
+    /** Flags standing against the miner (a flag stands for the rest of the run, whenever it was raised: Flags.standing). */
     flags: Array<{ kind: string; reason: string }>;
     /** Its spot checks over the window. */
     spotChecks: { passed: number; failed: number };

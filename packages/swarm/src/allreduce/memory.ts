@@ -5,7 +5,7 @@ import { ButterflyNode, type AllReduceRejection } from './butterfly';
  * benchmarks with more peers than processes fit: messages are delivered
  * asynchronously and every byte is counted per peer. A test can kill a peer
  * (nothing to or from it is delivered afterwards) or rewrite what it sends.
- * Miners use the same ButterflyNode over WebRTC (see ./mesh-transport.ts).
+ * Miners use the same ButterflyNode over WebRTC (Miner, miner.ts: partition frames over the peer mesh).
  */
 export class MemoryNetwork {
   readonly nodes = new Map<string, ButterflyNode>();
