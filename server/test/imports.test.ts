@@ -96,3 +96,46 @@ describe('the product holds no test fixture', () => {
     expect(['./testkit-like', '@train-at-home/testkit/y', '../../testkitten/y'].some((s) => intoTestkit(test, s))).toBe(false);
   });
 });
+
+/** The workspace packages each package's product files may import: the packages are the bottom layer, in this order. */
+const PACKAGE_LAYERS: Record<string, string[]> = { protocol: [], model: [], incentives: [], swarm: ['protocol', 'model'] };
+/** What the incentive rules may not touch: they are pure (no I/O, no tensors), the same functions in a tab and in Node. */
+const IMPURE = /^(?:node:)?(?:fs|fs\/promises|net|http|https|http2|child_process|worker_threads|dgram|dns|tls)$|^@tensorflow\/|^socket\.io|^simple-peer$/;
+
+/** The workspace package a specifier names (`@train-at-home/swarm/codec` → swarm), or where a relative path lands outside the file's own package. */
+function layerOf(file: string, spec: string, own: string): string | undefined {
+  const named = /^@train-at-home\/([^/]+)/.exec(spec);
+  if (named) return named[1];
+  if (!/^\.{1,2}(?:\/|$)/.test(spec)) return undefined;
+  const target = relative(ROOT, resolve(dirname(file), spec)).split(sep).join('/');
+  return target.startsWith(`packages/${own}/`) ? undefined : target.split('/').slice(0, target.startsWith('packages/') ? 2 : 1).join('/');
+}
+
+describe('the layers', () => {
+  const rel = (f: string): string => relative(ROOT, f).split(sep).join('/');
+  const packageFiles = productFiles().filter((f) => !isTest(f) && rel(f).startsWith('packages/'));
+
+  it('packages import no server, app or test kit, and of each other only those below them; packages/incentives is pure', () => {
+    expect(new Set(packageFiles.map((f) => rel(f).split('/')[1]))).toEqual(new Set(Object.keys(PACKAGE_LAYERS)));
+    const found = packageFiles.flatMap((f) => {
+      const own = rel(f).split('/')[1]!;
+      return specifiers(f).flatMap((s) => {
+        const layer = layerOf(f, s, own);
+        const bad = (layer !== undefined && layer !== own && !PACKAGE_LAYERS[own]!.includes(layer)) || (own === 'incentives' && IMPURE.test(s));
+        return bad ? [`${rel(f)} imports ${s}`] : [];
+      });
+    });
+    expect(found).toEqual([]);
+  });
+
+  it('the layer check sees what it looks for', () => {
+    const swarm = join(ROOT, 'packages/swarm/src/miner.ts');
+    expect(layerOf(swarm, '@train-at-home/model/node', 'swarm')).toBe('model');
+    expect(layerOf(swarm, './allreduce/codec', 'swarm')).toBeUndefined();
+    expect(layerOf(swarm, '../../../server/src/app', 'swarm')).toBe('server');
+    expect(layerOf(swarm, '../../model/src/stage', 'swarm')).toBe('packages/model');
+    expect(layerOf(swarm, '@tensorflow/tfjs', 'swarm')).toBeUndefined();
+    expect(['node:fs', 'fs', 'node:http', '@tensorflow/tfjs', 'socket.io-client'].every((s) => IMPURE.test(s))).toBe(true);
+    expect(['@noble/hashes/sha256', '@openzeppelin/merkle-tree', 'node:crypto-like'].some((s) => IMPURE.test(s))).toBe(false);
+  });
+});
