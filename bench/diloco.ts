@@ -18,6 +18,7 @@
  *
  *   npm run bench:diloco                        (K = 150 microbatches per replica)
  *   npm run bench:diloco -- --microbatches 60   (a smaller budget, stated in the output)
+ *   npm run bench:diloco -- --precision topk32  (another merge precision: bench/results/diloco-topk32.json)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
@@ -29,14 +30,17 @@ import { buildApp } from '../server/src/app';
 import { finish, machine } from './lib';
 import { bytesPerToken, printBytesPerToken, readTraffic } from './traffic';
 
-const { values } = parseArgs({ options: { microbatches: { type: 'string', default: '150' } } });
+const { values } = parseArgs({ options: { microbatches: { type: 'string', default: '150' }, precision: { type: 'string', default: 'fp16' } } });
 const K = Number(values.microbatches);
+const PRECISIONS = ['fp32', 'fp16', 'int8', 'topk8', 'topk32'] as const;
+const precision = values.precision as (typeof PRECISIONS)[number];
+if (!PRECISIONS.includes(precision)) throw new Error(`--precision must be one of ${PRECISIONS.join(', ')}`);
 const preset = 'tiny';
 const config = PRESETS[preset];
 // As the replicas test: full boundary width (b = d), int8.
 const layout = { stages: 3, bottleneck: config.dModel, int8: true };
 const training = { batchSize: 32, peakLr: 0.006, warmupSteps: 20 };
-const merge = { every: 10, maxTrainingMs: 30_000 };
+const merge = { every: 10, maxTrainingMs: 30_000, precision };
 const seed = 1;
 
 const backend = await initNodeBackend();
@@ -108,7 +112,7 @@ const sameBatch = noDp(training.batchSize, microbatches);
 const largeBatch = noDp(2 * training.batchSize, Math.round(microbatches / 2));
 
 const improving = byRound.every((r, i) => i === 0 || r.heldOut < byRound[i - 1]!.heldOut);
-finish('diloco', {
+finish(precision === 'fp16' ? 'diloco' : `diloco-${precision}`, {
   heldOutDiloco: +final.heldOutLoss.toFixed(4),
   heldOutNoDp: +sameBatch.toFixed(4),
   heldOutNoDpLargeBatch: +largeBatch.toFixed(4),
