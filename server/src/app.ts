@@ -264,11 +264,14 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   // When this process itself stalled (a large checkpoint stored, a GC pause), what miners sent
   // meanwhile (heartbeats, merge answers) is still queued behind this timer: no miner is called
   // silent, and no merge phase ends on its deadline, until those messages have had time to land.
+  // A sweep this late marks a stall: STALL_MS, or half the silence that drops a miner where that is shorter (a run that
+  // drops miners after 1.5 s of silence cannot let a 1.5 s hiccup of its own pass for their silence).
+  const stallMs = Math.min(STALL_MS, silentMs / 2);
   let lastSweep = performance.now();
   let trustAfter = 0;
   const sweep = setInterval(() => {
     const now = performance.now();
-    if (now - lastSweep > sweepMs + STALL_MS) trustAfter = now + STALL_TRUST_AFTER_MS;
+    if (now - lastSweep > sweepMs + stallMs) trustAfter = now + STALL_TRUST_AFTER_MS;
     lastSweep = now;
     const trusted = now >= trustAfter;
     if (trusted) coordinator.dropSilent(silentMs).catch((err: unknown) => fastify.log.error({ err }, 'heartbeat sweep failed'));
