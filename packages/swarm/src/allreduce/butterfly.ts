@@ -1,3 +1,5 @@
+// One file over 400 lines: one round of the butterfly (scatter, agree, gather, compare, audit of a disputed partition)
+// shares one Round's state and its wire format; the encodings are codec.ts's, commitments commitment.ts's.
 import { sha256 } from '@noble/hashes/sha256';
 import { bytesToHex } from '@noble/hashes/utils';
 import { blockLeaves, decodeProof, encodeProof, rangeProof, verifyRange } from './commitment';

@@ -1,3 +1,5 @@
+// One file over 400 lines: an audit's replay of a whole round is one procedure (start state, every recorded op against
+// its receipts, end state, merge contribution) whose checks share the replayed stage; the record format is record.ts's.
 import { sha256 } from '@noble/hashes/sha256';
 import { bytesToHex } from '@noble/hashes/utils';
 import * as tf from '@tensorflow/tfjs';
