@@ -86,7 +86,7 @@ async function run(seed: number): Promise<RunResult> {
   while ((await app.db.query('SELECT 1 FROM settlements')).length < EPOCHS) {
     await new Promise((r) => setTimeout(r, 10_000));
     console.log(`audit seed ${seed}: ${Math.round((Date.now() - started) / 1000)} s, rounds ${JSON.stringify(app.coordinator.phases.status().map((s) => s.round))}, audits ${JSON.stringify(app.validator.audits.stats)}`);
-    // Settlement waits for the audits of every round with work in an epoch (server/src/validator/settlement.ts).
+    // Settlement waits for the audits of every round with work in an epoch (server/src/jobs/settlement.ts).
     if (Date.now() - started > (EPOCHS + HOLD_EPOCHS + 8) * EPOCH_MS + SETTLE_AFTER_MS) throw new Error('epochs were not settled in time');
   }
   const stats = await swarm.stats();

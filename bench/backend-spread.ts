@@ -4,7 +4,7 @@
  * another backend's round must tolerate, and what is left to catch a cheat.
  *
  * Today an audit replays a round bit for bit, on WASM only: a round of a tab
- * on another backend is skipped (validator/audits.ts, BACKEND). This measures
+ * on another backend is skipped (jobs/audits.ts, BACKEND). This measures
  * what replaying it on WASM would see.
  *
  * Method (tiny, 3 stages, b = 32, int8 boundaries: the adversarial test's run):

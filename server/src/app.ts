@@ -28,7 +28,7 @@ import { networkSettings, type NetworkSettings } from './network';
 import { SocketRateLimits, type SocketRates } from './socket/rate-limits';
 import { attachRegistration } from './socket/registration';
 import { LIVENESS_FLUSH_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './liveness';
-import { Validator } from './validator';
+import { Validator } from './jobs';
 import { RunStore, type JobLease } from './run-state';
 import { ScaleOut } from './scale-out';
 
@@ -57,7 +57,7 @@ export interface AppOptions {
   socketRates?: Partial<SocketRates>;
   /**
    * How often, at most, the validator measures the merged model's held-out loss and writes a sample of its text
-   * (validator/index.ts, EVALUATE_EVERY_MS by default): each is a forward pass over the held-out batches through
+   * (jobs/index.ts, EVALUATE_EVERY_MS by default): each is a forward pass over the held-out batches through
    * every stage, on the coordinator's machine.
    */
   evaluateEveryMs?: number;

@@ -7,7 +7,7 @@ import { LiveState, mergeLive, type LiveSummary } from './dashboard/live';
 import { PhaseMachine } from './phases';
 import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
 import { rebalance, type StageMember } from './assignment';
-import { Flags } from './validator/flags';
+import { Flags } from './state/flags';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
 import { StageMapFeed, stageRoom } from './stage-map';
 import { DEFAULT_HEARTBEAT_MS, Liveness } from './liveness';

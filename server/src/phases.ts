@@ -5,7 +5,7 @@ import { roundPrecision } from '@train-at-home/swarm/codec';
 import { partitionMap } from '@train-at-home/swarm/partition';
 import { randomInt } from 'node:crypto';
 import type { MinerChannel, RunContext } from './run-state';
-import type { Flags } from './validator/flags';
+import type { Flags } from './state/flags';
 
 /** What the phase machine uses of the run: its state, its miners, and the flags a refused slice raises. */
 export interface PhaseHost extends RunContext, MinerChannel {
@@ -57,7 +57,7 @@ export class PhaseMachine {
   private readonly awaited: Array<{ round: number; hash: string; holders: string[]; askAt: number } | undefined>;
   /**
    * A stage's merge round is over (its replicas train again): the validator's
-   * audits reveal their draw for it and commit to the next (validator/audits.ts).
+   * audits reveal their draw for it and commit to the next (jobs/audits.ts).
    * `merged`: the replicas whose merge went through with the majority's weights.
    */
   onRoundClosed?: (stage: number, round: number, merged: string[]) => Promise<void>;
@@ -238,7 +238,7 @@ export class PhaseMachine {
     if (!s.members.includes(minerId)) throw new ProtocolError('OUT_OF_PHASE', 'this miner is not a replica of that stage in this round');
     if (s.ready.has(minerId)) throw new ProtocolError('REPLAYED', 'already ready');
     s.ready.set(minerId, { stateId: msg.stateId, microbatches: msg.microbatches, roots: msg.contributionRoots });
-    // The round's end and its contribution, committed: an audit of it replays to these (validator/audits.ts).
+    // The round's end and its contribution, committed: an audit of it replays to these (jobs/audits.ts).
     await this.c.db.query(
       `INSERT INTO round_commitments (run_id, stage, round, miner_id, weights_hash, optimizer_hash, ready_at, outer_root, average_root, start_round, start_hash, start_optimizer)
        VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz, $8, $9, $10, $11, $12)
@@ -352,7 +352,7 @@ export class PhaseMachine {
     const refused = msg.refused ?? [];
     const sentHash = (r: { partition: number; from: string }): string | null => received.find((x) => x.partition === r.partition && x.from === r.from)?.hash ?? null;
     for (const r of refused) events.push({ kind: 'commitment-mismatch', miner: r.from, detail: { partition: r.partition, hash: sentHash(r) } as never });
-    // Whose contribution its CenteredClip clipped: both owners of a partition naming one draws its round for an audit (validator/audits.ts).
+    // Whose contribution its CenteredClip clipped: both owners of a partition naming one draws its round for an audit (jobs/audits.ts).
     for (const r of msg.clippedFrom ?? []) events.push({ kind: 'clipped', miner: r.from, detail: { partition: r.partition } as never });
     await this.record(msg.stage, round, minerId, events);
     if (refused.length > 0) await this.commitmentMismatches(msg.stage, round, go, minerId, refused);

@@ -46,7 +46,7 @@ export interface IncentiveSettings {
   /** A miner has this long to upload a payload the validator asked for. */
   probeTimeoutMs: number;
   /**
-   * Share of (miner, round) pairs whose whole round the validator replays (validator/audits.ts),
+   * Share of (miner, round) pairs whose whole round the validator replays (jobs/audits.ts),
    * drawn after the round closed from a secret committed when it began. A failed or unanswered
    * audit flags the miner: it forfeits its whole window. With holdEpochs = H and r rounds an epoch,
    * a cheat does not pay while a round costs it less than auditRate·(H + 1)·r times what a round
@@ -61,7 +61,7 @@ export interface IncentiveSettings {
   unprovenAuditRate?: number;
   /**
    * A miner has this long to find and encode an audited round's record, plus its upload at the miner's measured
-   * rate (validator/audits.ts, auditDeadlineMs): the audit's deadline.
+   * rate (jobs/audits.ts, auditDeadlineMs): the audit's deadline.
    */
   auditTimeoutMs: number;
   /**
@@ -72,7 +72,7 @@ export interface IncentiveSettings {
   auditGraceMs?: number;
   /** Pathway diversity for CLASP: each replica's downstream partner rotates at every merge of its stage. */
   rotatePathways: boolean;
-  /** A receipt refused for an unknown microbatch is looked up again this much later before it counts as forged (validator/flags.ts). */
+  /** A receipt refused for an unknown microbatch is looked up again this much later before it counts as forged (state/flags.ts). */
   forgeryRecheckMs: number;
 }
 

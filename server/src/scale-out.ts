@@ -6,7 +6,7 @@ import { LIVENESS_FLUSH_MS } from './liveness';
 import type { PhaseMachine } from './phases';
 import type { JobLease, MinerAction, RunContext } from './run-state';
 import type { StageMapFeed } from './stage-map';
-import { ProbeError } from './validator/probe-error';
+import { ProbeError } from './jobs/probe-error';
 
 /**
  * Scale-out mode: several coordinator processes serve one run behind a load
@@ -73,7 +73,7 @@ export interface ScaleOutHost extends RunContext {
 /** One coordinator process's part in a scaled-out run (attached as `coordinator.scaleOut`). */
 export class ScaleOut {
   private lastOrphanSweep = 0;
-  /** The lease holder's spot checks (validator/spot-checks.ts): a probe's payload uploaded to another process is passed to them. */
+  /** The lease holder's spot checks (jobs/spot-checks.ts): a probe's payload uploaded to another process is passed to them. */
   probeAnswers?: (probeId: string, minerId: string, bytes: Uint8Array) => Promise<void>;
   /** Set when the process stops: nothing more is sent to the others. */
   private closed = false;

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../src/app';
 import { listeningCoordinator } from '@train-at-home/testkit/miner-processes';
 import { recordMicrobatch } from '@train-at-home/testkit/work';
-import { verifiedWork } from '../src/validator/accounting';
+import { verifiedWork } from '../src/jobs/accounting';
 
 /**
  * What counts as work, on the real database: a run of its own, written the

@@ -3,9 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../src/app';
 import { listeningCoordinator } from '@train-at-home/testkit/miner-processes';
 import { CHEATS, type CheatName } from '@train-at-home/testkit/cheats';
-import { latestCheckpoint } from '../src/routes/checkpoints';
+import { latestCheckpoint } from '../src/state/checkpoints';
 import { MinerSwarm } from '@train-at-home/testkit/swarm';
-import { verifiedWork } from '../src/validator/accounting';
+import { verifiedWork } from '../src/jobs/accounting';
 import { ValidatorCompute } from '../src/validator/compute';
 
 /**

@@ -1,12 +1,12 @@
 import type { Misbehaviour, Miner } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../src/app';
-import { auditDeadlineMs } from '../src/validator/audits';
+import { auditDeadlineMs } from '../src/jobs/audits';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
 import { throttledLink, type ThrottledLink } from '@train-at-home/testkit/throttle';
 
 /**
- * Whole-round audits against slow lines (validator/audits.ts): an audit's deadline is the run's allowance plus the
+ * Whole-round audits against slow lines (jobs/audits.ts): an audit's deadline is the run's allowance plus the
  * record's upload at its miner's measured rate, and a late answer is still taken and replayed until the hard bound
  * (the deadline plus auditGraceMs); only a miner that never answers is flagged, then. Two stages of two in-process
  * miners of `tiny` over real WebRTC: a first-stage miner whose uploads are held to at most 400 kB/s by a proxy between

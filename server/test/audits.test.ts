@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
-import { ASSUMED_UPLOAD_BYTES_PER_SEC, MEASURED_UPLOAD_MIN_BYTES, PROVEN_STEPS, REPLAY_LOST_MS, auditDeadlineMs, roundWindow } from '../src/validator/audits';
+import { ASSUMED_UPLOAD_BYTES_PER_SEC, MEASURED_UPLOAD_MIN_BYTES, PROVEN_STEPS, REPLAY_LOST_MS, auditDeadlineMs, roundWindow } from '../src/jobs/audits';
 
 /**
  * The audit route against bad answers: late, truncated, unsigned or signed

@@ -5,7 +5,7 @@ import type { App } from '../src/app';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
 
 /**
- * The spot checks' detectors with nothing else watching (validator/spot-checks.ts): every completed microbatch
+ * The spot checks' detectors with nothing else watching (jobs/spot-checks.ts): every completed microbatch
  * sampled, no round ever drawn for an audit (auditRate and unprovenAuditRate 0), no epoch settled in the test's time
  * (so CLASP never scores): a flag here is the spot checks' own. Two stages of two in-process miners of `tiny` over
  * real WebRTC, three miners a stage. On the first stage: one that never uploads a payload the validator asks for, one

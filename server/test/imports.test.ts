@@ -19,7 +19,7 @@ describe("the server's imports", () => {
   it('run one way: no module imports, however indirectly, one that imports it (type imports included)', async () => {
     const graph = await madge(SERVER, madgeOptions);
     // The graph is the server's own: a madge that saw nothing would find no cycle either.
-    expect(Object.keys(graph.obj())).toEqual(expect.arrayContaining(['app.ts', 'coordinator.ts', 'phases.ts', 'socket/registration.ts', 'validator/flags.ts', 'scale-out.ts', 'run-state.ts']));
+    expect(Object.keys(graph.obj())).toEqual(expect.arrayContaining(['app.ts', 'coordinator.ts', 'phases.ts', 'socket/registration.ts', 'state/flags.ts', 'scale-out.ts', 'run-state.ts']));
     expect(graph.obj()['phases.ts']).toContain('run-state.ts');
     expect(graph.circular()).toEqual([]);
   });
@@ -125,6 +125,19 @@ describe('the layers', () => {
         return bad ? [`${rel(f)} imports ${s}`] : [];
       });
     });
+    expect(found).toEqual([]);
+  });
+
+  it("the server's ledger (money: settlements, claims, their nonces and errors) imports only the database layer below it: the rewards API sits above it", () => {
+    const ledger = productFiles().filter((f) => !isTest(f) && rel(f).startsWith('server/src/ledger/'));
+    expect(ledger.length).toBeGreaterThan(0);
+    const found = ledger.flatMap((f) =>
+      specifiers(f)
+        .filter((s) => /^\.{1,2}\//.test(s))
+        .map((s) => rel(resolve(dirname(f), s)))
+        .filter((target) => !target.startsWith('server/src/ledger/') && !target.startsWith('server/src/db/'))
+        .map((target) => `${rel(f)} imports ${target}`),
+    );
     expect(found).toEqual([]);
   });
 

@@ -1,7 +1,7 @@
 import { BLOCK, MSG, Miner, decodeMessage, encodeMessage, type MinerOptions } from '@train-at-home/swarm';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { App } from '../src/app';
-import { verifiedWork } from '../src/validator/accounting';
+import { verifiedWork } from '../src/jobs/accounting';
 import { listeningCoordinator, localMiner } from '@train-at-home/testkit/miner-processes';
 
 let app: App;

@@ -8,7 +8,7 @@ import { io as connect, type Socket } from 'socket.io-client';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
-import { AUDIT_GRACE_MS } from '../src/validator/audits';
+import { AUDIT_GRACE_MS } from '../src/jobs/audits';
 
 let app: App;
 let url: string;

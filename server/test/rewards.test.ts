@@ -47,7 +47,7 @@ const wallet = (): KeyringPair => sr.addFromUri(mnemonicGenerate());
 
 async function start(options: AppOptions = {}, port = 0): Promise<{ app: App; url: string }> {
   // No audits: the work these tests settle is written straight to the database, never trained in a committed round (where
-  // a round is drawn, only replicas that committed it are paid for it: validator/accounting.ts).
+  // a round is drawn, only replicas that committed it are paid for it: jobs/accounting.ts).
   const a = await buildApp({ database: await testDatabase(), run: { name: 'rewards', preset: 'tiny', stages: 3, bottleneck: 32, incentives: { auditRate: 0 } }, ...options });
   return { app: a, url: await a.fastify.listen({ port, host: '127.0.0.1' }) };
 }

@@ -364,7 +364,7 @@ ${a.output().slice(-4000)}`);
         // B goes on settling where A stopped: every epoch from the first settled once, in order, none skipped and
         // none settled again, each paying out exactly what it allocated, never more than its emission.
         // An epoch waits for the audits of its rounds, and for rounds begun in it to be drawn, at most holdMs past its
-        // due time (validator/settlement.ts: maxTrainingMs + readyMs + roundMs + auditTimeoutMs, 215 s here): a round A
+        // due time (jobs/settlement.ts: maxTrainingMs + readyMs + roundMs + auditTimeoutMs, 215 s here): a round A
         // opened and did not live to close can hold the first epoch B settles that long.
         const holdMs = 120_000 + 5_000 + 30_000 + 60_000;
         await until('B to settle an epoch', async () => (await settled()).some((s) => s.at.getTime() > killedAt), 20_000 + 5_000 + holdMs + 60_000).catch(async (e: Error) => {

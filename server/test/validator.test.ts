@@ -24,7 +24,7 @@ const EMISSION = 1_000_000_007n; // prime: the split always has a remainder to p
  * both ends, and the last stage reported a loss with the pathway. No round of
  * it was trained or committed, so the runs that settle it draw no audits
  * (auditRate 0): where a round is drawn, only replicas that committed it are
- * paid for it (validator/accounting.ts, accounting.test.ts).
+ * paid for it (jobs/accounting.ts, accounting.test.ts).
  */
 async function seedWork(a: App, pathways: string[][], perPathway: number, at?: Date): Promise<void> {
   for (const id of new Set(pathways.flat())) {

@@ -18,7 +18,7 @@ export const CHEATS = {
   'free-rider': { stage: 1, flags: ['OUTPUT_MISMATCH', 'GRADIENT_MISMATCH', 'AUDIT_FAILED'], make: (): Misbehaviour => ({ freeRide: true }) },
   'sign-flipped gradients': { stage: 2, flags: ['GRADIENT_MISMATCH', 'AUDIT_FAILED'], make: (): Misbehaviour => ({ inputGrad: (g) => tf.neg(g) }) },
   'under-reported losses': { stage: 2, flags: ['LOSS_MISREPORTED', 'AUDIT_FAILED'], make: (): Misbehaviour => ({ reportedLoss: (loss) => loss * 0.7 }) },
-  // What only a whole-round audit sees (validator/audits.ts): each is honest on the first microbatch after a merge.
+  // What only a whole-round audit sees (jobs/audits.ts): each is honest on the first microbatch after a merge.
   'noise of 1% after the first step': { stage: 1, flags: ['AUDIT_FAILED'], make: (): Misbehaviour => ({ output: afterFirst((out) => tf.tidy(() => out.add(tf.randomNormal(out.shape).mul(tf.sqrt(tf.mean(tf.square(out))).mul(0.01))))) }) },
   'lazy learner': { stage: 1, flags: ['AUDIT_FAILED'], make: (): Misbehaviour => ({ skipSteps: true }) },
   'audit refuser': { stage: 2, flags: ['AUDIT_UNANSWERED'], make: (): Misbehaviour => ({ refuseAudits: true }) },

@@ -304,7 +304,7 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
  * `deadlineMs` passes (its allowance, at this miner's measured upload rate).
  * A late answer is still taken and replayed until `finalMs` passes (the hard
  * bound); only a miner that has not answered by then is flagged
- * (see server/src/validator/audits.ts).
+ * (see server/src/jobs/audits.ts).
  */
 export interface AuditRequest {
   v: number;

@@ -124,7 +124,7 @@ export interface MinerStatus {
   flagged?: { kind: string; reason: string };
 }
 
-/** The validator asks for a payload of a sampled microbatch (see server/src/validator/spot-checks.ts). */
+/** The validator asks for a payload of a sampled microbatch (see server/src/jobs/spot-checks.ts). */
 export interface ProbeRequest {
   v: number;
   probeId: string;

@@ -239,7 +239,7 @@ export class PipelineWorker {
    * So no gradient of the old weights lands on the merged ones, and the
    * first microbatch after a merge runs on exactly the weights every replica
    * agreed on, which the validator holds too and replays exactly
-   * (server/src/validator/spot-checks.ts counts steps the same way).
+   * (server/src/jobs/spot-checks.ts counts steps the same way).
    */
   merged(): void {
     this.generation++;

@@ -277,7 +277,7 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
     name: 'receipts refused for an unknown microbatch, by arrival',
     sql: `
       -- A refused receipt is not work, but the step it may stand for is real: the validator does
-      -- not replay a miner as exact across a refusal of its own (validator/spot-checks.ts).
+      -- not replay a miner as exact across a refusal of its own (jobs/spot-checks.ts).
       CREATE TABLE refused_receipts (
         run_id integer NOT NULL REFERENCES runs(id),
         miner_id text NOT NULL,
@@ -427,7 +427,7 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
     name: 'receipts by reporter',
     sql: `
       -- A spot check counts the inner steps a miner took since its last merge from its own gradient receipts
-      -- (validator/spot-checks.ts, stepsSince): since "-infinity" for a miner that never merged, which the index by
+      -- (jobs/spot-checks.ts, stepsSince): since "-infinity" for a miner that never merged, which the index by
       -- time alone turns into a scan of every receipt of the run (query-plans.test.ts).
       CREATE INDEX receipts_by_reporter ON receipts (run_id, reporter, direction, created_at);
     `,
@@ -447,7 +447,7 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
     name: 'replays marked by the process running them',
     sql: `
       -- The process that took an audit's record marks it at every tick while it replays: one no process marked for a
-      -- while (validator/audits.ts, REPLAY_LOST_MS) went with its process, and is asked of its miner again.
+      -- while (jobs/audits.ts, REPLAY_LOST_MS) went with its process, and is asked of its miner again.
       ALTER TABLE audits ADD COLUMN replay_seen timestamptz;
     `,
   },
@@ -456,7 +456,7 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
     name: 'miners restarted under the same identity',
     sql: `
       -- The miner process a registration came from (register's instance): another one under the same key is a
-      -- restart, whose optimizer state and round records are new (validator/audits.ts, accounting.ts).
+      -- restart, whose optimizer state and round records are new (jobs/audits.ts, accounting.ts).
       ALTER TABLE miners ADD COLUMN instance text;
       -- Each restart: when, on which stage, and how many of its audits were open then (unanswerable by the new
       -- process: forfeited, and with them every unsettled epoch's work before the restart).
@@ -488,7 +488,7 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
     name: 'each miner measured upload rate',
     sql: `
       -- An audit's deadline follows the record's size and its miner's upload rate, as measured on its last record's
-      -- upload (validator/audits.ts, auditDeadlineMs): what that upload held and how fast it came.
+      -- upload (jobs/audits.ts, auditDeadlineMs): what that upload held and how fast it came.
       ALTER TABLE miners ADD COLUMN upload_bytes_per_sec double precision;
       ALTER TABLE miners ADD COLUMN record_bytes integer;
     `,

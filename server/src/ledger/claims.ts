@@ -1,7 +1,7 @@
 import { MAX_AMOUNT, MAX_CLAIM_EPOCHS, type ClaimMessage } from '@train-at-home/protocol';
 import { retryRaceLoss, type Database, type Queryable } from '../db/database';
-import { RewardsError } from '../rewards/errors';
-import { consumeNonce } from '../rewards/nonces';
+import { RewardsError } from './errors';
+import { consumeNonce } from './nonces';
 import { baseUnits, iso } from './queries';
 
 /**

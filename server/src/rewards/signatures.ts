@@ -1,6 +1,6 @@
 import { signatureVerify } from '@polkadot/util-crypto';
 import { verifySignature } from '@train-at-home/protocol';
-import { RewardsError } from './errors';
+import { RewardsError } from '../ledger/errors';
 
 /** 64 bytes, or 65 with a key-type prefix byte (as some wallets send a MultiSignature). */
 const SIGNATURE = /^0x(?:[0-9a-fA-F]{2}){64,65}$/;

@@ -2,7 +2,7 @@ import { contentHash } from '@train-at-home/model';
 import { verifySignature } from '@train-at-home/protocol';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
-import { AuditError, MAX_RECORD_BYTES, type Auditor } from '../validator/audits';
+import { AuditError, MAX_RECORD_BYTES, type Auditor } from '../jobs/audits';
 
 const STATUS: Record<AuditError['code'], number> = { NO_SUCH_AUDIT: 404, NOT_YOUR_AUDIT: 403, WRONG_RECORD: 409, BAD_RECORD: 400, TOO_LARGE: 413 };
 

@@ -2,6 +2,7 @@ import { PRESETS, WeightsError, checkStageWeights, contentHash, countStageParame
 import { verifySignature } from '@train-at-home/protocol';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Coordinator } from '../coordinator';
+import { latestCheckpoint } from '../state/checkpoints';
 
 /** Room beyond a stage's fp32 values for the weights blob's header (names and shapes). */
 const HEADER_ROOM_BYTES = 1024 * 1024;
@@ -111,14 +112,3 @@ export const checkpointRoutes: FastifyPluginAsync<{ coordinator: Coordinator }> 
     return reply.type('application/octet-stream').header('x-content-hash', contentHash(latest.data)).header('x-round', String(latest.epoch)).send(Buffer.from(latest.data));
   });
 };
-
-export async function latestCheckpoint(coordinator: Coordinator, stage: number): Promise<{ data: Uint8Array; epoch: number } | undefined> {
-  if (!Number.isInteger(stage)) return undefined;
-  // Only a round's agreed weights: what its majority of replicas ended with (phases.ts), never a lone upload.
-  const [row] = await coordinator.db.query<{ data: Uint8Array; epoch: number }>(
-    `SELECT c.data, c.epoch FROM checkpoints c JOIN epochs e ON e.run_id = c.run_id AND e.stage = c.stage AND e.epoch = c.epoch AND e.merged_hash = c.hash
-     WHERE c.run_id = $1 AND c.stage = $2 AND c.data IS NOT NULL ORDER BY c.epoch DESC, c.created_at DESC LIMIT 1`,
-    [coordinator.runId, stage],
-  );
-  return row ? { data: new Uint8Array(row.data), epoch: row.epoch } : undefined;
-}

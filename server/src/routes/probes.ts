@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { SpotChecker } from '../validator/spot-checks';
-import { MAX_PROBE_BYTES, ProbeError } from '../validator/spot-checks';
+import type { SpotChecker } from '../jobs/spot-checks';
+import { MAX_PROBE_BYTES, ProbeError } from '../jobs/spot-checks';
 
 const STATUS: Record<ProbeError['code'], number> = { NO_SUCH_PROBE: 404, NOT_YOUR_PROBE: 403, HASH_MISMATCH: 409, TOO_LARGE: 413 };
 

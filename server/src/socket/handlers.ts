@@ -10,8 +10,8 @@ import { iceFor, type NetworkSettings, type RelayBudget } from '../network';
 import type { PhaseMachine } from '../phases';
 import type { MinerChannel, RunContext } from '../run-state';
 import { stageRoom, type StageMapFeed } from '../stage-map';
-import { recordRestart } from '../validator/audits';
-import type { Flags } from '../validator/flags';
+import { recordRestart } from '../jobs/audits';
+import type { Flags } from '../state/flags';
 import type { Ack } from './ack';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */

@@ -26,7 +26,7 @@ const TIMING_REFUSALS = new Set(['OUT_OF_PHASE', 'REPLAYED', 'UNKNOWN_PEER', 'UN
  * disconnected. Every event is stamped when it arrives: receipts and loss
  * reports are stored with that time, so a miner's reports keep the order it
  * sent them in even when one waits (the validator counts a miner's inner steps
- * between two of its receipts: validator/spot-checks.ts).
+ * between two of its receipts: jobs/spot-checks.ts).
  */
 export function attachRegistration(io: Server, host: HandlerHost, limits = new SocketRateLimits()): void {
   io.on('connection', (socket: Socket) => {

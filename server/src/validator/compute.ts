@@ -176,7 +176,7 @@ export class ValidatorCompute {
    * compared; on the last stage, the loss it reported.
    */
   /**
-   * Replays one miner's whole round (validator/audits.ts) from the weights it
+   * Replays one miner's whole round (jobs/audits.ts) from the weights it
    * started from: the checkpoint given, or the run's initial weights; either
    * must have the hash the record names, else the record lies about its start.
    */

@@ -18,7 +18,7 @@ export interface ScoreJob {
     minerId: string;
     account: string;
     stage: number | null;
-    /** Verified microbatches of this epoch (see server/src/validator/accounting.ts). */
+    /** Verified microbatches of this epoch (see server/src/jobs/accounting.ts). */
     work: number;
     /** Flags standing against the miner (a flag stands for the rest of the run, whenever it was raised: Flags.standing). */
     flags: Array<{ kind: string; reason: string }>;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AuditJob } from '../../src/validator/audits';
+import type { AuditJob } from '../../src/jobs/audits';
 import { nextJob, type ValidatorJob } from '../../src/validator/jobs';
 
 const audit = (passed: number): ValidatorJob => ({ kind: 'audit', audit: { passed } as AuditJob });

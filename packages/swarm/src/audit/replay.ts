@@ -126,7 +126,7 @@ export interface ReplayTolerance {
 
 /**
  * How far an honest tab's round on WebGL or WebGPU may land from this validator's WASM replay of it
- * (server/src/validator/audits.ts). Measured by bench:backend-spread (bench/results/backend-spread.json, 2 cores,
+ * (server/src/jobs/audits.ts). Measured by bench:backend-spread (bench/results/backend-spread.json, 2 cores,
  * Chromium's software WebGL and WebGPU (SwiftShader) against Node's WASM): tabs ran the rounds of a 3-stage
  * tiny run (b = 32, int8 boundaries) on the very inputs its miners had received, 20 microbatches from fresh
  * and from trained weights. Worst over both backends, every stage and both starts:

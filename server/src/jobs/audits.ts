@@ -7,11 +7,11 @@ import { PRESETS, countStageParameters, stageSpecs } from '@train-at-home/model'
 import { randomBytes } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
 import type { Queryable } from '../db/database';
-import type { ValidatorProcess } from './client';
-import type { AuditJob } from './compute';
-import { droppedOnClose } from './compute';
+import type { ValidatorProcess } from '../validator/client';
+import type { AuditJob } from '../validator/compute';
+import { droppedOnClose } from '../validator/compute';
 
-export type { AuditJob } from './compute';
+export type { AuditJob } from '../validator/compute';
 
 export { MAX_RECORD_BYTES };
 

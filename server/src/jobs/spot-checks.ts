@@ -3,12 +3,12 @@
 import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { createHash, randomBytes, randomInt } from 'node:crypto';
 import type { Coordinator } from '../coordinator';
-import type { ReplayJob, ReplayReference, SpotCheckResult } from './compute';
-import { droppedOnClose } from './compute';
-import { ValidatorError } from './compute';
-import type { ValidatorProcess } from './client';
+import type { ReplayJob, ReplayReference, SpotCheckResult } from '../validator/compute';
+import { droppedOnClose } from '../validator/compute';
+import { ValidatorError } from '../validator/compute';
+import type { ValidatorProcess } from '../validator/client';
 import { ProbeError } from './probe-error';
-import { flagKind, gross } from './thresholds';
+import { flagKind, gross } from '../validator/thresholds';
 
 export { ProbeError };
 

@@ -3,9 +3,9 @@ import { epochAt, epochWindow } from '../ledger/epochs';
 import { runStartMs } from '../ledger/queries';
 import { settleEpoch, settledEpochs } from '../ledger/settle';
 import { verifiedWork } from './accounting';
-import type { ValidatorProcess } from './client';
-import { droppedOnClose } from './compute';
-import type { ScoreJob, ScoreResult } from './scoring';
+import type { ValidatorProcess } from '../validator/client';
+import { droppedOnClose } from '../validator/compute';
+import type { ScoreJob, ScoreResult } from '../validator/scoring';
 
 /** Ended epochs settled per tick at most (a coordinator back after a long stop catches up over a few ticks). */
 const EPOCHS_PER_TICK = 4;

@@ -1,8 +1,8 @@
 import type { Coordinator } from '../coordinator';
-import { latestCheckpoint } from '../routes/checkpoints';
+import { latestCheckpoint } from '../state/checkpoints';
 import { Auditor } from './audits';
-import { ValidatorProcess } from './client';
-import { droppedOnClose } from './compute';
+import { ValidatorProcess } from '../validator/client';
+import { droppedOnClose } from '../validator/compute';
 import { Settler } from './settlement';
 import { SpotChecker } from './spot-checks';
 

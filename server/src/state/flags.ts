@@ -15,7 +15,7 @@ export type FlagKind =
   | 'RAISES_LOSS' // CLASP: pathways through it have significantly more loss than through its stage peers
   | 'PROBE_UNANSWERED' // it did not upload the payloads the validator asked for
   | 'FORGED_RECEIPTS' // it confirmed transfers of microbatches that never existed
-  | 'AUDIT_FAILED' // a whole round of its, drawn for an audit, did not replay to what it sent and committed (validator/audits.ts)
+  | 'AUDIT_FAILED' // a whole round of its, drawn for an audit, did not replay to what it sent and committed (jobs/audits.ts)
   | 'AUDIT_UNANSWERED' // it did not upload the record of a round drawn for an audit
   | 'COMMITMENT_MISMATCH'; // both owners of a partition refused its slice: not the contribution it committed to with merge-ready
 

@@ -97,7 +97,7 @@ async function disputedWindows(db: Queryable, runId: number): Promise<Map<string
 }
 
 /**
- * Work a miner's restart leaves unpaid (validator/audits.ts, recordRestart), as windows keyed like disputedWindows':
+ * Work a miner's restart leaves unpaid (jobs/audits.ts, recordRestart), as windows keyed like disputedWindows':
  * on the stage it held, its previous process's work in the round in progress then (no record of it is left to audit;
  * the new process's first round is audited from the restart on); and, when it had audits open then (forfeited), all
  * its work before the restart that is not settled yet, on every stage (`*`): a drawn audit dodged by a restart costs
