@@ -20,6 +20,11 @@ export async function checkDashboard(context: BrowserContext, url: string, miner
   const first = await points();
   // Live: the chart gains points without a reload.
   await expect.poll(points, { timeout: 60_000, interval: 1000 }).toBeGreaterThan(first);
+  // With the pointer off the chart, the legend shows each line's latest value (uPlot's own is "--" until hovered).
+  const legend = await chart.locator('.u-legend .u-value').allTextContents();
+  expect(legend[0], JSON.stringify(legend)).toBe('latest');
+  expect(legend.slice(1, 3).every((v) => /^\d+\.\d{3}$/.test(v)), JSON.stringify(legend)).toBe(true);
+  expect(legend).not.toContain('--');
   // The stage map: every miner, with its state (one stage each here).
   await expect.poll(() => page.getByTestId('miner').count(), { timeout: 30_000 }).toBe(miners);
   await expect.poll(async () => (await page.getByTestId('miner').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-state')))).some((s) => s === 'training'), { timeout: 30_000 }).toBe(true);

@@ -1,11 +1,12 @@
 import type { KeyringPair } from '@polkadot/keyring/types';
+import { readFileSync } from 'node:fs';
 import { verifyPayout } from '@train-at-home/incentives';
 import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../server/src/app';
 import { checkDashboard } from './dashboard';
 import { E2E_RUN, launchBrowser, noPageErrors, openTab, screenshot, startCoordinator, tabView } from './lib';
-import { installTestWallet, newAccount } from './wallet';
+import { accountFromSeed, installTestWallet, newAccount } from './wallet';
 
 /**
  * Short emission epochs, so that one settles within a minute of the link: an epoch waits for its window (itself and
@@ -105,6 +106,31 @@ describe('the Rewards page in Chromium', () => {
     await tab.getByTestId('nav-rewards').click();
     await expect.poll(() => new URL(tab.url()).pathname).toBe('/rewards');
     expect(await tab.getByTestId('nav-training').count()).toBe(1);
+
+    // Before a wallet is connected: the page shows the tab's own key as the account it makes (the address the tab's
+    // miner registered with), says nothing can be linked until a wallet is, and warns that the key lives only here.
+    const keyCard = tab.getByTestId('tab-key');
+    await expect.poll(() => keyCard.getAttribute('data-address'), { timeout: 20_000 }).toMatch(/^5\w{47}$/);
+    const keyAddress = (await keyCard.getAttribute('data-address'))!;
+    expect(await app.db.query('SELECT count(*)::int AS n FROM miners WHERE address = $1', [keyAddress])).toEqual([{ n: 1 }]);
+    expect(await tab.getByTestId('link-needs-wallet').textContent()).toMatch(/^Connect a wallet above to link it\. Until then, save the key below/);
+    expect(await tab.getByTestId('tab-key-warning').textContent()).toMatch(/^The key lives only in this tab: closing the tab or clearing the browser's data loses it/);
+    await screenshot(tab, 'rewards-tab-key.png');
+    // Saved to a file: a raw sr25519 seed that makes exactly that account in a wallet (as polkadot{.js} imports it).
+    const [download] = await Promise.all([tab.waitForEvent('download'), tab.getByTestId('save-key').click()]);
+    const keyFile = readFileSync((await download.path())!, 'utf8');
+    const key = /^key \(sr25519 raw seed\): (0x[0-9a-f]{64})$/m.exec(keyFile)?.[1];
+    expect(key, keyFile).toBeDefined();
+    const keyPair = await accountFromSeed(key!, 'This tab');
+    expect(keyPair.address).toBe(keyAddress);
+    expect(keyFile).toContain(`account (SS58 address): ${keyAddress}`);
+    expect(await tab.getByTestId('tab-key-warning').count()).toBe(0);
+    // Unlinked, the tab's settled epochs pay its own key.
+    await expect
+      .poll(async () => BigInt((await tab.getByTestId('tab-key-claimable').getAttribute('data-base-units')) || '0'), { timeout: 4 * 60_000, interval: 2000 })
+      .toBeGreaterThan(0n);
+    console.log(`e2e: settled to the tab's own key before any link: ${(await api<RewardsBody>(`/api/rewards/${keyAddress}`)).totals.claimable} base units`);
+
     await tab.getByTestId('connect-wallet').click();
     await expect.poll(() => tab.getByTestId('account-address').textContent(), { timeout: 20_000 }).toBe(account.address);
 
@@ -181,6 +207,49 @@ describe('the Rewards page in Chromium', () => {
     expect(claims.map((c) => c.amount)).toEqual([claimable.toString()]);
 
     console.log(`e2e: claimed ${claimable} base units over ${before.epochs.length} epoch(s); receipt ${await tab.getByTestId('receipt-id').textContent()}`);
+
+    // What the tab's own key was paid before the link is still its own: the key imported into the wallet (as a person
+    // imports the saved raw seed into their extension) is an account of its own, which this page claims like any other.
+    wallet.importAccount(keyPair);
+    await tab.reload();
+    // Reloaded, the page reads the key from the tab's storage and derives its account itself (the tab has not joined).
+    await expect.poll(() => tab.getByTestId('tab-key').getAttribute('data-address'), { timeout: 20_000 }).toBe(keyAddress);
+    await expect.poll(() => tab.getByTestId('account-select').count(), { timeout: 20_000 }).toBe(1);
+    await tab.getByTestId('account-select').selectOption(keyAddress);
+    const held = await api<RewardsBody>(`/api/rewards/${keyAddress}`);
+    expect(BigInt(held.totals.claimable)).toBeGreaterThan(0n);
+    expect(held.miners).toEqual([]); // nothing links to the key: it is the miner's own address
+    await expect.poll(() => units(tab, 'claimable'), { timeout: 30_000, interval: 1000 }).toBe(held.totals.claimable);
+    await expect.poll(() => units(tab, 'tab-key-claimable'), { timeout: 30_000, interval: 1000 }).toBe(held.totals.claimable);
+    for (let i = 0; i < (await proofs.count()); i++) expect(await proofs.nth(i).getAttribute('data-verified')).toBe('true');
+    await tab.getByTestId('claim').click();
+    await expect.poll(() => tab.getByTestId('receipt').count(), { timeout: 30_000 }).toBe(1);
+    expect(await units(tab, 'receipt-amount')).toBe(held.totals.claimable);
+    expect(wallet.signed).toHaveLength(3);
+    expect(wallet.signed[2]).toMatch(new RegExp(`^Train at Home: claim rewards\\n.*\\naddress: ${keyAddress}\\namount: ${held.totals.claimable}\\n`, 's'));
+    await expect.poll(() => units(tab, 'tab-key-claimable'), { timeout: 30_000, interval: 1000 }).toBe('0');
+    expect((await api<RewardsBody>(`/api/rewards/${keyAddress}`)).totals).toEqual({ settled: held.totals.settled, claimed: held.totals.settled, claimable: '0' });
+    // The first claim's account is untouched by the second.
+    expect((await api<RewardsBody>(`/api/rewards/${account.address}`)).totals).toEqual(after.totals);
+
+    // In a new tab, the saved key makes it train as the same miner: a paste that holds no key is refused by name and
+    // changes nothing; the key file's text is taken as it is.
+    const other = await browser.context.newPage();
+    await other.goto(`${url}/rewards`);
+    await expect.poll(() => other.getByTestId('tab-key-none').count(), { timeout: 20_000 }).toBe(1);
+    await other.getByTestId('restore-key').locator('summary').click();
+    await other.getByTestId('restore-key-input').fill(`0x${'ab'.repeat(31)}`);
+    await other.getByTestId('restore-key-button').click();
+    expect(await other.getByTestId('restore-key-error').textContent()).toMatch(/^no key found: a key is 0x followed by 64 hexadecimal digits$/);
+    expect(await other.evaluate(() => sessionStorage.getItem('tah-seed'))).toBeNull();
+    await other.getByTestId('restore-key-input').fill(keyFile);
+    await Promise.all([other.waitForEvent('load'), other.getByTestId('restore-key-button').click()]);
+    await expect.poll(() => other.getByTestId('tab-key').getAttribute('data-address'), { timeout: 20_000 }).toBe(keyAddress);
+    await other.close();
+    // The page as its holder leaves it: the key's account chosen, claimed, its key card below.
+    await tab.reload();
+    await expect.poll(() => units(tab, 'claimable'), { timeout: 30_000, interval: 1000 }).toBe('0');
+    await expect.poll(() => tab.getByTestId('tab-key').getAttribute('data-address'), { timeout: 20_000 }).toBe(keyAddress);
     await screenshot(tab, 'rewards.png');
     // On a phone-sized screen the page fits its width (the epochs table scrolls inside its card).
     await tab.setViewportSize({ width: 390, height: 844 });

@@ -16,7 +16,12 @@ export interface TestWalletConfig {
   accounts: InjectedAccount[];
 }
 
-type WalletWindow = Window & { tahTestWallet?: TestWalletConfig; tahTestWalletSign?: (address: string, data: string, type: string) => Promise<string> };
+type WalletWindow = Window & {
+  tahTestWallet?: TestWalletConfig;
+  tahTestWalletSign?: (address: string, data: string, type: string) => Promise<string>;
+  /** The wallet's accounts now (the test can import one after the page loaded, as a person does in their extension). */
+  tahTestWalletAccounts?: () => Promise<InjectedAccount[]>;
+};
 
 const page = window as WalletWindow;
 const config = page.tahTestWallet;
@@ -25,11 +30,12 @@ if (config) {
   injectExtension(
     async () => {
       if (config.access === 'refuse') throw new Error('Rejected');
+      const accounts = async (): Promise<InjectedAccount[]> => (page.tahTestWalletAccounts ? await page.tahTestWalletAccounts() : config.accounts);
       return {
         accounts: {
-          get: async () => config.accounts,
+          get: accounts,
           subscribe: (cb) => {
-            void cb(config.accounts);
+            void accounts().then(cb);
             return () => {};
           },
         },

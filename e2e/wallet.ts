@@ -35,6 +35,14 @@ export async function newAccount(name: string): Promise<KeyringPair> {
 export interface TestWallet {
   /** Every message the wallet signed, as text, in order. */
   signed: string[];
+  /** Adds an account to the wallet, as a person imports a key into their extension (the page sees it on its next connect). */
+  importAccount(pair: KeyringPair): void;
+}
+
+/** The account a raw sr25519 seed (0x + 64 hex) makes, as a wallet extension imports it. */
+export async function accountFromSeed(seed: string, name: string): Promise<KeyringPair> {
+  await cryptoWaitReady();
+  return new Keyring({ type: 'sr25519', ss58Format: 42 }).addFromSeed(hexToU8a(seed), { name });
 }
 
 /**
@@ -43,15 +51,13 @@ export interface TestWallet {
  * signRaw of type 'bytes': over the data wrapped in <Bytes>…</Bytes>.
  */
 export async function installTestWallet(page: Page, options: { accounts: KeyringPair[]; access?: 'allow' | 'refuse'; name?: string }): Promise<TestWallet> {
-  const wallet: TestWallet = { signed: [] };
-  const config: TestWalletConfig = {
-    name: options.name ?? 'tah-test-wallet',
-    version: '0.63.1',
-    access: options.access ?? 'allow',
-    accounts: options.accounts.map((p) => ({ address: p.address, name: String(p.meta.name ?? ''), type: p.type })),
-  };
+  const accounts = [...options.accounts];
+  const wallet: TestWallet = { signed: [], importAccount: (pair) => void accounts.push(pair) };
+  const shared = () => accounts.map((p) => ({ address: p.address, name: String(p.meta.name ?? ''), type: p.type }));
+  const config: TestWalletConfig = { name: options.name ?? 'tah-test-wallet', version: '0.63.1', access: options.access ?? 'allow', accounts: shared() };
+  await page.exposeFunction('tahTestWalletAccounts', shared);
   await page.exposeFunction('tahTestWalletSign', (address: string, data: string, type: string): string => {
-    const pair = options.accounts.find((p) => p.address === address);
+    const pair = accounts.find((p) => p.address === address);
     if (!pair) throw new Error(`the test wallet holds no account ${address}`);
     if (type !== 'bytes' || !isHex(data)) throw new Error(`the test wallet signs bytes only (got ${type})`);
     const bytes = hexToU8a(data);

@@ -14,7 +14,9 @@ function Sample({ sample, latest }: { sample: DashboardSample; latest?: boolean 
         {sample.text}
       </blockquote>
       <figcaption className="hint">
-        after round{new Set(sample.rounds).size === 1 ? ` ${sample.rounds[0]}` : `s ${sample.rounds.join(', ')}`} of the stages
+        {new Set(sample.rounds).size === 1
+          ? `every stage's weights of merge round ${sample.rounds[0]}`
+          : `each stage's latest merged weights (${sample.rounds.map((r, s) => `stage ${s + 1}: round ${r}`).join(', ')})`}
         {sample.heldOutLoss !== null && <>, held-out loss {sample.heldOutLoss.toFixed(3)}</>} · {new Date(sample.at).toLocaleTimeString()}
       </figcaption>
     </figure>

@@ -71,6 +71,20 @@ export function chartData(train: LiveSeries, held: LiveSeries, bigram: number | 
 }
 
 /**
+ * A series' value in the legend: at the cursor, or the latest when the cursor is off the chart (uPlot shows "--"
+ * there), and for a sparse series (held-out losses come after merges) its latest value at or before the cursor.
+ */
+function legendValue(self: uPlot, _v: number | null, sidx: number, idx: number | null): string {
+  const ys = self.data[sidx] ?? [];
+  for (let k = idx ?? ys.length - 1; k >= 0; k--) {
+    const y = ys[k];
+    if (typeof y === 'number') return y.toFixed(3);
+    if (y === null) break; // an outage: nothing is known across it
+  }
+  return '—';
+}
+
+/**
  * Loss over time or microbatches, live. Drag across the chart to zoom in,
  * the mouse wheel zooms around the pointer, shift-drag (or drag with two
  * fingers' scroll) pans, a double click returns to the whole run; while
@@ -96,11 +110,11 @@ export function LossChart({ train, held, bigram, version, outages = [] }: { trai
         cursor: { drag: { x: true, y: false, setScale: true } },
         legend: { live: true },
         series: [
-          {},
-          { label: 'train (per microbatch)', stroke: 'rgba(47,111,237,0.25)', width: 1, points: { show: false }, spanGaps: false },
-          { label: 'train (average)', stroke: '#2f6fed', width: 2, points: { show: false }, spanGaps: false },
-          { label: 'held-out', stroke: '#d0461b', width: 2, points: { show: true, size: 6 }, spanGaps: false },
-          { label: 'bigram baseline', stroke: '#1f7a45', width: 1, dash: [6, 4], points: { show: false }, spanGaps: false },
+          { value: (self, v, _s, idx) => (idx === null ? 'latest' : axis === 'time' ? new Date(v * 1000).toLocaleTimeString() : `${v} microbatches`) },
+          { label: 'train (per microbatch)', stroke: 'rgba(47,111,237,0.25)', width: 1, points: { show: false }, spanGaps: false, value: legendValue },
+          { label: 'train (average)', stroke: '#2f6fed', width: 2, points: { show: false }, spanGaps: false, value: legendValue },
+          { label: 'held-out', stroke: '#d0461b', width: 2, points: { show: true, size: 6 }, spanGaps: false, value: legendValue },
+          { label: 'bigram baseline', stroke: '#1f7a45', width: 1, dash: [6, 4], points: { show: false }, spanGaps: false, value: legendValue },
         ],
         hooks: {
           setSelect: [() => (zoomed.current = true)],

@@ -92,7 +92,8 @@ export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: str
       <ul className="boundaries">
         {swarm.boundaries.map((b) => (
           <li key={b.from} data-testid="boundary">
-            {b.from + 1} → {b.to + 1}: {rate(b.activationsPerSec, 'activations')}, {rate(b.gradientsPerSec, 'gradients')} back, {bytes(Math.round(b.bytesPerSec))}/s
+            Stage {b.from + 1} → stage {b.to + 1}: {rate(b.activationsPerSec, 'microbatches')} forward, {rate(b.gradientsPerSec, 'gradients')} back, {bytes(Math.round(b.bytesPerSec))}/s
+            {b.activationsPerSec === 0 && b.gradientsPerSec === 0 && <span className="hint"> (nothing crossed it in the last 10 s)</span>}
           </li>
         ))}
       </ul>
@@ -119,7 +120,7 @@ export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: str
                 <th>stage</th>
                 <th>round</th>
                 <th>mode</th>
-                <th>replicas</th>
+                <th title="how many of the stage's replicas took part (a lone replica's round saves its weights)">replicas merged</th>
                 <th>took</th>
               </tr>
             </thead>
@@ -129,7 +130,7 @@ export function SwarmPanel({ swarm, self }: { swarm?: DashboardSwarm; self?: str
                   <td>{m.stage + 1}</td>
                   <td>{m.round}</td>
                   <td>{m.mode ?? '—'}</td>
-                  <td>{m.participants}</td>
+                  <td>{m.participants === 0 ? 'none: nobody was ready' : m.participants === 1 ? '1 (saved alone)' : m.participants}</td>
                   <td>{seconds(m.durationMs)}</td>
                 </tr>
               ))}

@@ -1,19 +1,19 @@
 import { verifyPayout } from '@train-at-home/incentives';
-import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useState } from 'react';
 import { Link } from 'react-router';
 import { BASE_UNITS_PER_TOKEN, minerLabel, short, tokens } from '../format';
 import { useTabContext } from '../tab/TabContext';
 import type { Tab } from '../tab/useTab';
 import { parseRewardsMessage } from '@train-at-home/protocol';
 import { claimRewards, linkPayout, type ClaimReceipt } from '@train-at-home/swarm';
-import { describeError, rewardsApi, type Rewards, type Schedule } from './api';
+import { describeError, type Rewards, type Schedule } from './api';
+import { TabKeyCard } from './TabKeyCard';
+import { useRewards } from './useRewards';
 import { connectWallet, signWithWallet, type WalletAccount, type WalletConnection } from './wallet';
 
 /** localStorage: the wallet was connected once (connect again on load), and the account last chosen. */
 const CONNECTED_KEY = 'tah-wallet-connected';
 const ACCOUNT_KEY = 'tah-payout-address';
-/** How often the page reads the balance: epochs settle in the background. */
-const POLL_MS = 5000;
 
 const sameMiner = (a: string, b: string): boolean => a.replace(/^0x/i, '').toLowerCase() === b.replace(/^0x/i, '').toLowerCase();
 
@@ -29,38 +29,6 @@ function Amount({ units, testId, unit = true }: { units: string; testId?: string
   );
 }
 
-/** The address's balance and past claims, read now and every POLL_MS. */
-function useRewards(address: string | undefined): { rewards?: Rewards; claims: ClaimReceipt[]; schedule?: Schedule; error?: string; refresh(): Promise<void> } {
-  const [state, setState] = useState<{ rewards?: Rewards; claims: ClaimReceipt[]; schedule?: Schedule; error?: string }>({ claims: [] });
-  const current = useRef(address);
-  current.current = address;
-  const refresh = useCallback(async () => {
-    if (!address) return;
-    try {
-      const [rewards, { claims }, schedule] = await Promise.all([rewardsApi.rewards(address), rewardsApi.claims(address), rewardsApi.schedule()]);
-      if (current.current === address) setState({ rewards, claims, schedule });
-    } catch (e) {
-      if (current.current === address) setState((s) => ({ ...s, error: `Could not read the balance: ${describeError(e)}` }));
-    }
-  }, [address]);
-  useEffect(() => {
-    setState({ claims: [] });
-    if (!address) return;
-    let stop = false;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const poll = async (): Promise<void> => {
-      await refresh();
-      if (!stop) timer = setTimeout(poll, POLL_MS);
-    };
-    void poll();
-    return () => {
-      stop = true;
-      clearTimeout(timer);
-    };
-  }, [address, refresh]);
-  return { ...state, refresh };
-}
-
 function WalletCard({ connection, connecting, account, onConnect, onChoose }: { connection?: WalletConnection; connecting: boolean; account?: WalletAccount; onConnect(): void; onChoose(address: string): void }) {
   const connect = (label: string) => (
     <button data-testid="connect-wallet" onClick={onConnect} disabled={connecting}>
@@ -72,7 +40,7 @@ function WalletCard({ connection, connecting, account, onConnect, onChoose }: { 
       <h2>Wallet</h2>
       {!connection && (
         <>
-          <p>Rewards are paid to a Polkadot-ecosystem account (SS58 address, sr25519 key: Bittensor uses the same). Connect your wallet extension to choose one.</p>
+          <p>Rewards are paid to a Polkadot-ecosystem account: an SS58 address, the public name of an sr25519 key such as Polkadot and Bittensor wallets hold. Connect your wallet extension to choose one, or save this tab's own key below and claim later.</p>
           <div className="controls">{connect('Connect wallet')}</div>
         </>
       )}
@@ -141,7 +109,7 @@ function WalletCard({ connection, connecting, account, onConnect, onChoose }: { 
   );
 }
 
-function LinkCard({ tab, account, rewards, onLinked }: { tab: Tab; account?: WalletAccount; rewards?: Rewards; onLinked(): Promise<void> }) {
+function LinkCard({ tab, account, walletConnected, rewards, onLinked }: { tab: Tab; account?: WalletAccount; walletConnected: boolean; rewards?: Rewards; onLinked(): Promise<void> }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string>();
   const [linkedAt, setLinkedAt] = useState<string>();
@@ -193,7 +161,9 @@ function LinkCard({ tab, account, rewards, onLinked }: { tab: Tab; account?: Wal
             miner's own key, which lives only in this tab.
           </p>
           {!account ? (
-            <p>Choose an account above to link it.</p>
+            <p data-testid="link-needs-wallet">
+              {walletConnected ? 'Choose an account above to link it.' : 'Connect a wallet above to link it. Until then, save the key below: it is the only way to claim what this tab earns.'}
+            </p>
           ) : (
             <div className="controls">
               <button data-testid="link-miner" onClick={link} disabled={busy}>
@@ -282,7 +252,7 @@ function BalanceCard({ account, rewards, claims, schedule, onClaimed }: { accoun
               </p>
             ) : (
               <div className="scroll">
-                <table className="epochs" data-testid="epochs">
+                <table className="epochs claim-epochs" data-testid="epochs">
                   <thead>
                     <tr>
                       <th>Epoch</th>
@@ -317,6 +287,9 @@ function BalanceCard({ account, rewards, claims, schedule, onClaimed }: { accoun
                     })}
                   </tbody>
                 </table>
+                <p className="hint">
+                  Proof: the amount and a few hashes from the coordinator recompute the epoch's published Merkle root, here in the page, so no one can show you one amount and settle another.
+                </p>
               </div>
             )}
             {schedule && (
@@ -425,7 +398,8 @@ export function RewardsPage() {
         settled amount against its epoch's Merkle root, and claim it with a signed, one-time message.
       </p>
       <WalletCard connection={connection} connecting={connecting} account={account} onConnect={() => void connect()} onChoose={choose} />
-      <LinkCard tab={tab} account={account} rewards={rewards} onLinked={refresh} />
+      <LinkCard tab={tab} account={account} walletConnected={connection?.kind === 'connected'} rewards={rewards} onLinked={refresh} />
+      <TabKeyCard tab={tab} linked={!!(tab.identity && rewards?.miners.some((m) => sameMiner(m, tab.identity!.publicKey)))} />
       {account && <BalanceCard key={account.address} account={account} rewards={rewards} claims={claims} schedule={schedule} onClaimed={refresh} />}
       {error && (
         <p className="error" data-testid="rewards-error">

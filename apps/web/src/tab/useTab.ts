@@ -1,5 +1,6 @@
 import type { MeshHost, PeerPathStats } from '@train-at-home/swarm';
 import { useCallback, useEffect, useRef, useState } from 'react';
+import { tabSeed } from './key';
 import type { FromTabWorker, KernelCheck, ProbeOutcome, TabBackend, TabStatus, ToTabWorker } from './messages';
 
 export interface TabState {
@@ -15,16 +16,6 @@ export interface TabState {
   paths?: Array<[string, PeerPathStats]>;
   notices: string[];
   error?: string;
-}
-
-/** This tab's identity seed: one miner per tab (sessionStorage), kept across reloads of the tab. */
-function tabSeed(): string {
-  let seed = sessionStorage.getItem('tah-seed');
-  if (!seed) {
-    seed = Array.from(crypto.getRandomValues(new Uint8Array(32)), (b) => b.toString(16).padStart(2, '0')).join('');
-    sessionStorage.setItem('tah-seed', seed);
-  }
-  return seed;
 }
 
 const BACKENDS: TabBackend[] = ['webgpu', 'webgl', 'wasm'];
