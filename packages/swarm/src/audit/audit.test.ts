@@ -293,7 +293,9 @@ describe('whole-round audits', () => {
     const exact = [];
     for (let k = 0; k < 3; k++) {
       exact.push(await audit(honest, k));
-      expect(await audit(honest, k, undefined, undefined, tolerance), `stage ${k}`).toMatchObject({ passed: true, steps: 3 });
+      // (A failure's message carries the verdict whole: its reason, the op and how far it landed.)
+      const verdict = await audit(honest, k, undefined, undefined, tolerance);
+      expect(verdict, `stage ${k}: ${JSON.stringify({ reason: verdict.reason, op: verdict.op, detail: verdict.detail, metrics: verdict.metrics })}`).toMatchObject({ passed: true, steps: 3 });
     }
     // Bit for bit, the other backend's honest round does not replay: hence the tolerance.
     expect(exact.some((v) => !v.passed)).toBe(true);
