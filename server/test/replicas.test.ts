@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, type App } from '../src/app';
 import { testDatabase } from '@train-at-home/testkit/database';
 import { NO_CHECKS } from '@train-at-home/testkit/coordinator';
+import { evaluations } from '@train-at-home/testkit/evaluations';
 
 const MINER_CLI = fileURLToPath(new URL('../../apps/miner/src/main.ts', import.meta.url));
 
@@ -45,6 +46,10 @@ afterAll(async () => {
 describe('3 stages × 2 replicas in separate processes', () => {
   it('train the tiny model together: held-out loss falls below the bigram baseline, replicas merge to identical weights, no frame passes through the coordinator', async () => {
     const port = (app.fastify.server.address() as { port: number }).port;
+    // Every merged round's held-out loss, measured once by the validator as the round closes (not on its 30 s timer),
+    // heard here as it is recorded.
+    app.validator.evaluateEveryMs = 0;
+    const held = evaluations(app);
     miners = spawn(process.execPath, ['--import', 'tsx', MINER_CLI, '--coordinator', `http://127.0.0.1:${port}`, '--count', '6'], { stdio: ['ignore', 'pipe', 'inherit'] });
     miners.stdout!.on('data', (c: Buffer) => (output += c.toString()));
     await expect.poll(async () => (await app.fastify.inject({ method: 'GET', url: '/api/stages' })).json().stages.map((s: { miners: unknown[] }) => s.miners.length), { timeout: 60_000 }).toEqual([2, 2, 2]);
@@ -56,12 +61,11 @@ describe('3 stages × 2 replicas in separate processes', () => {
     const started = Date.now();
     let last: { heldOutLoss: number; bigramLoss: number; rounds: number[] } | undefined;
     let first: number | undefined;
-    // Held-out loss of the merged weights, whenever every stage has a checkpoint of a newer round than
-    // at the last sample (the stages merge independently; one may trail the others by a round).
+    // Held-out loss of the merged weights, as the validator measures it once every stage has a checkpoint of a newer
+    // round (evaluateEveryMs 0, set above; the stages merge independently, one may trail the others by a round).
     const byRound: Array<{ round: number; heldOut: number }> = [];
     while (Date.now() - started < LOST_RUN_MS) {
-      await new Promise((r) => setTimeout(r, 15_000));
-      last = await app.validator.evaluate();
+      last = (await held.next(60_000)) ?? last;
       first ??= last?.heldOutLoss;
       const merges = (await app.fastify.inject({ method: 'GET', url: '/api/merges' })).json();
       const merged = last ? Math.min(...last.rounds) : 0;
@@ -72,6 +76,7 @@ describe('3 stages × 2 replicas in separate processes', () => {
       if (last && last.heldOutLoss < last.bigramLoss) break;
       if (last && merged * MERGE_EVERY >= TOTAL_STEPS) break;
     }
+    held.stop();
     expect(last).toBeDefined();
     expect(last!.heldOutLoss).toBeLessThan(first!);
     expect(last!.heldOutLoss).toBeLessThan(last!.bigramLoss);

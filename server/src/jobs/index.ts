@@ -21,6 +21,13 @@ export const EVALUATE_EVERY_MS = 30_000;
  * the settlement of ended epochs, and after every merged round the held-out
  * loss of the assembled model with a sample of its text.
  */
+/** A held-out loss of the assembled model, the same text's bigram baseline, and the merge round of each stage's checkpoint it was measured on. */
+export interface Evaluation {
+  heldOutLoss: number;
+  bigramLoss: number;
+  rounds: number[];
+}
+
 export class Validator {
   readonly process: ValidatorProcess;
   readonly spotChecks: SpotChecker;
@@ -33,6 +40,8 @@ export class Validator {
   private busy = { checks: false, evaluation: false, audits: false };
   /** How often, at most, merged rounds get a held-out loss and a sample on their own (Infinity: only when asked, as a benchmark that evaluates on its own schedule does). */
   evaluateEveryMs = EVALUATE_EVERY_MS;
+  /** Who hears each held-out evaluation as it is recorded (tests and benchmarks waiting on the run's learning). */
+  private readonly evaluatedListeners = new Set<(e: Evaluation) => void>();
 
   constructor(
     private readonly c: Coordinator,
@@ -48,8 +57,14 @@ export class Validator {
     };
   }
 
+  /** Calls `listener` with every held-out evaluation recorded from now on, until the returned function is called. */
+  onEvaluated(listener: (e: Evaluation) => void): () => void {
+    this.evaluatedListeners.add(listener);
+    return () => void this.evaluatedListeners.delete(listener);
+  }
+
   /** Held-out loss of the latest checkpoint of every stage, recorded as a metric; undefined while a stage has none. */
-  async evaluate(): Promise<{ heldOutLoss: number; bigramLoss: number; rounds: number[] } | undefined> {
+  async evaluate(): Promise<Evaluation | undefined> {
     const blobs = await Promise.all(Array.from({ length: this.c.run.stages }, (_, s) => latestCheckpoint(this.c, s)));
     if (blobs.some((b) => !b)) return undefined;
     const result = await this.process.request<{ heldOutLoss: number; bigramLoss: number }>({ kind: 'evaluate', blobs: blobs.map((b) => b!.data) });
@@ -59,7 +74,9 @@ export class Validator {
       `INSERT INTO metrics (run_id, epoch, name, value) SELECT $1::int, 0, 'bigram_loss', $2::double precision WHERE NOT EXISTS (SELECT 1 FROM metrics WHERE run_id = $1 AND name = 'bigram_loss')`,
       [this.c.runId, result.bigramLoss],
     );
-    return { ...result, rounds: blobs.map((b) => b!.epoch) };
+    const evaluation = { ...result, rounds: blobs.map((b) => b!.epoch) };
+    for (const listener of this.evaluatedListeners) listener(evaluation);
+    return evaluation;
   }
 
   /** A continuation of the fixed prompt by the latest checkpoints, stored with the held-out loss it was measured beside. */
