@@ -18,9 +18,9 @@ import { ValidatorCompute } from '../src/validator/compute';
  * epochs with work and earn nothing in any epoch it worked in, no honest miner may be flagged,
  * every honest miner is paid, and the held-out loss must still fall.
  */
-const EPOCH_MS = 60_000;
+const EPOCH_MS = 40_000;
 /** Evidence about an epoch's work keeps arriving after it ends: it is settled this much later. */
-const SETTLE_AFTER_MS = 45_000;
+const SETTLE_AFTER_MS = 30_000;
 const EMISSION = 1_000_000_000n;
 /**
  * A record that comes after its deadline is still replayed for this long (the hard bound): on two loaded cores an
@@ -130,7 +130,7 @@ describe('the validator against cheaters', () => {
         // Settlement waits for the audits of every round with work in the epoch and the next: every round of 26 miners
         // keeps this validator busy. (Up to three epochs more when the first had no work: on two busy cores the swarm's
         // start has taken four minutes, its first microbatches a few a minute.)
-        { timeout: 8 * EPOCH_MS + SETTLE_AFTER_MS + 540_000, interval: 10_000 },
+        { timeout: 8 * EPOCH_MS + SETTLE_AFTER_MS + 600_000, interval: 5_000 },
       )
       .toBeGreaterThanOrEqual(3);
     console.log(`adversarial: the settled epochs with honest verified work are ${JSON.stringify(withHonestWork)}`);
