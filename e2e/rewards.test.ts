@@ -5,7 +5,7 @@ import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../server/src/app';
 import { checkDashboard } from './dashboard';
-import { E2E_RUN, launchBrowser, noPageErrors, openTab, screenshot, startCoordinator, tabView } from './lib';
+import { launchBrowser, noPageErrors, openTab, screenshot, startCoordinator, tabView } from './lib';
 import { accountFromSeed, installTestWallet, newAccount } from './wallet';
 
 /**
@@ -13,7 +13,7 @@ import { accountFromSeed, installTestWallet, newAccount } from './wallet';
  * the default holdEpochs, 2, after it), so the page's payout comes about 3 epochs after the link, and the last epoch
  * with work settles about 3 epochs after the tab leaves (with 30 s epochs those two waits were 3 of the file's 4 minutes).
  */
-const EPOCH_MS = 15_000;
+const EPOCH_MS = 10_000;
 const SETTLE_AFTER_MS = 5_000;
 
 let app: App;
@@ -21,9 +21,16 @@ let url: string;
 let browser: Awaited<ReturnType<typeof launchBrowser>>;
 
 beforeAll(async () => {
+  // Nothing here asks the run to learn (e2e/train.test.ts does): small microbatches (batch 8, a 32-wide bottleneck),
+  // so rounds of 10 close, are drawn and replayed in seconds and an epoch's settlement waits on its clock, not on
+  // them (with the learning run's batches of 32 at full width, a round took the two tabs about 20 s).
   ({ app, url } = await startCoordinator({
     name: 'e2e-rewards',
-    ...E2E_RUN,
+    preset: 'tiny',
+    stages: 2,
+    bottleneck: 32,
+    training: { batchSize: 8 },
+    merge: { every: 10 },
     incentives: { epochMs: EPOCH_MS, settleAfterMs: SETTLE_AFTER_MS, emissionPerEpoch: '1000000000' },
   }));
   browser = await launchBrowser();
