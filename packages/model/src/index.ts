@@ -9,6 +9,7 @@ export * from './optim';
 export * from './trainer';
 export * from './bigram';
 export * from './backend';
+export * from './wasm/batch-matmul';
 export * from './tokenizer/bpe';
 export * from './tokenizer/pretokenize';
 export * from './tokenizer/train';

@@ -12,12 +12,15 @@ import wasmPlain from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm
 import wasmSimd from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-simd.wasm?url';
 import wasmThreaded from '@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm-threaded-simd.wasm?url';
 import { cryptoReady, generateIdentity, type Identity } from '@train-at-home/protocol';
+import { installWasmBatchMatMul } from '@train-at-home/model';
 import { Miner, MeshPort, httpTokenSource, runStageRound, type BoundaryDeviceCodec, type PortLike } from '@train-at-home/swarm';
 import type { FromTabWorker, KernelCheck, ProbeOutcome, TabBackend, ToTabWorker } from './messages';
 import { benchLocalTraining, benchStageSteps, stageLossCurve } from './bench';
 import { probeBackends } from './probe';
 
 setWasmPaths({ 'tfjs-backend-wasm.wasm': wasmPlain, 'tfjs-backend-wasm-simd.wasm': wasmSimd, 'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded });
+// Batched products on the project's kernel, as in Node's miners and the validator (exact replays of WASM rounds).
+installWasmBatchMatMul();
 
 const scope = self as unknown as PortLike & { close(): void };
 const post = (m: FromTabWorker): void => scope.postMessage(m);

@@ -18,6 +18,7 @@ import {
   continueTokens,
   countStageParameters,
   importStageWeights,
+  installWasmBatchMatMul,
   runDataset,
   seededRandom,
   stageSpecs,
@@ -29,6 +30,7 @@ import {
 import type { FromTryWorker, ToTryWorker } from './messages';
 
 setWasmPaths({ 'tfjs-backend-wasm.wasm': wasmPlain, 'tfjs-backend-wasm-simd.wasm': wasmSimd, 'tfjs-backend-wasm-threaded-simd.wasm': wasmThreaded });
+installWasmBatchMatMul();
 
 const scope = self as unknown as { postMessage(m: FromTryWorker): void; onmessage: ((e: MessageEvent<ToTryWorker>) => void) | null };
 const post = (m: FromTryWorker): void => scope.postMessage(m);

@@ -1,6 +1,10 @@
 import '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import { selectBackend, type BackendName } from '../backend';
+import { installWasmBatchMatMul } from '../wasm/batch-matmul';
+
+// Batched products on the project's kernel, as in every tab (wasm/batch-matmul.ts): miners and validator agree bit for bit.
+installWasmBatchMatMul();
 
 /** WebGPU in Node could not start; `reason` says why (no adapter, no driver), and the caller falls back. */
 export class NodeWebGPUUnavailable extends Error {
