@@ -25,11 +25,14 @@ afterAll(async () => {
 describe('churn', () => {
   it('survives a miner killed mid-run: a newcomer takes its stage from the latest checkpoint, no microbatch counts twice, loss keeps falling', async () => {
     const timeout = ['--microbatch-timeout', '10000'];
-    const started = [await miners.start(port, timeout), await miners.start(port, timeout), await miners.start(port, timeout)];
-    await expect.poll(() => started[1]!.output).toMatch(/stage 2 of 3/); // logs number stages from 1 for people
+    const started = await miners.startMany(port, 3, timeout);
+    // One on each stage (logs number stages from 1 for people); the middle one will go.
+    const stageOf = (m: { output: string }): string | undefined => /stage (\d) of 3/.exec(m.output)?.[1];
+    await expect.poll(() => started.map(stageOf).sort().join(' '), { timeout: 30_000 }).toBe('1 2 3');
+    const middle = started.find((m) => stageOf(m) === '2')!;
     await expect.poll(async () => (await lossReports(app)).reports, { timeout: 120_000, interval: 500 }).toBeGreaterThanOrEqual(20);
 
-    started[1]!.child.kill('SIGKILL'); // no goodbye: the process is gone
+    middle.child.kill('SIGKILL'); // no goodbye: the process is gone
     await expect.poll(() => miners.activeMiners(), { timeout: 20_000, interval: 200 }).toBe(2);
     const atChurn = (await lossReports(app)).reports;
     const newcomer = await miners.start(port, timeout);

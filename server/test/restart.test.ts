@@ -44,7 +44,7 @@ describe('coordinator restart', () => {
     await app.fastify.listen({ port: 0, host: '127.0.0.1' });
     const port = (app.fastify.server.address() as { port: number }).port;
     const runId = app.coordinator.runId;
-    const started = [await miners.start(port), await miners.start(port), await miners.start(port)];
+    const started = await miners.startMany(port, 3);
     // A dashboard viewer follows the run throughout, with the page's own code (DashboardFollower): it
     // reconnects by itself after the restart, and must hold every loss, with no hole.
     const viewer = follow(`http://127.0.0.1:${port}`);

@@ -25,15 +25,26 @@ export class MinerProcesses {
 
   /** Starts one miner process and waits until the coordinator counts it. */
   async start(port: number, extraArgs: string[] = []): Promise<MinerProcess> {
+    return (await this.startMany(port, 1, extraArgs))[0]!;
+  }
+
+  /**
+   * Starts `count` miner processes at once (each takes seconds to load its code and backend: one after another, that
+   * was most of a test's set-up) and waits until the coordinator counts all of them; which stage each took is in its output.
+   */
+  async startMany(port: number, count: number, extraArgs: string[] = []): Promise<MinerProcess[]> {
     const before = await this.activeMiners();
-    const child = spawn(process.execPath, ['--import', 'tsx', MINER_CLI, '--coordinator', `http://127.0.0.1:${port}`, ...extraArgs], {
-      stdio: ['ignore', 'pipe', 'inherit'],
+    const started = Array.from({ length: count }, () => {
+      const child = spawn(process.execPath, ['--import', 'tsx', MINER_CLI, '--coordinator', `http://127.0.0.1:${port}`, ...extraArgs], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      const proc: MinerProcess = { child, output: '' };
+      child.stdout!.on('data', (c: Buffer) => (proc.output += c.toString()));
+      this.all.push(proc);
+      return proc;
     });
-    const proc: MinerProcess = { child, output: '' };
-    child.stdout!.on('data', (c: Buffer) => (proc.output += c.toString()));
-    this.all.push(proc);
-    await pollUntil(`the coordinator to count ${before + 1} active miners`, () => this.activeMiners(), (n) => n === before + 1, { timeoutMs: 60_000, intervalMs: 200 });
-    return proc;
+    await pollUntil(`the coordinator to count ${before + count} active miners`, () => this.activeMiners(), (n) => n === before + count, { timeoutMs: 60_000 + 10_000 * count, intervalMs: 200 });
+    return started;
   }
 
   killAll(): void {
