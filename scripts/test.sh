@@ -47,6 +47,17 @@ quiet_phase() {
   local status=$?
   echo "$status $((SECONDS - start))" >"$logs/$name.status"
 }
+# A quiet phase's line in the summary, from what quiet_phase recorded; $2 says beside what it ran.
+record_quiet() {
+  local name=$1 beside=$2 status took
+  read -r status took <"$logs/$name.status"
+  if [ "$status" -eq 0 ]; then summary+=("$(printf '  %-10s %5d s  passed (beside %s)' "$name" "$took" "$beside")")
+  else
+    summary+=("$(printf '  %-10s %5d s  FAILED (exit %d)' "$name" "$took" "$status")")
+    failed=1
+    failedPhases+=("$name")
+  fi
+}
 quiet_phase typecheck npm run --silent typecheck &
 pids=($!)
 quiet_phase build npm run --silent build &
@@ -58,13 +69,7 @@ for name in typecheck build data; do
   echo
   echo "=== test phase: $name"
   cat "$logs/$name.log"
-  read -r status took <"$logs/$name.status"
-  if [ "$status" -eq 0 ]; then summary+=("$(printf '  %-10s %5d s  passed (beside the others of setup)' "$name" "$took")")
-  else
-    summary+=("$(printf '  %-10s %5d s  FAILED (exit %d)' "$name" "$took" "$status")")
-    failed=1
-    failedPhases+=("$name")
-  fi
+  record_quiet "$name" 'the others of setup'
 done
 setupStatus=0
 wait "$setupPid" || setupStatus=$?
@@ -90,13 +95,7 @@ wait "$postgresPid"
 echo
 echo "=== test phase: postgres (done)"
 cat "$logs/postgres.log"
-read -r status took <"$logs/postgres.status"
-if [ "$status" -eq 0 ]; then summary+=("$(printf '  %-10s %5d s  passed (beside browsers)' postgres "$took")")
-else
-  summary+=("$(printf '  %-10s %5d s  FAILED (exit %d)' postgres "$took" "$status")")
-  failed=1
-  failedPhases+=(postgres)
-fi
+record_quiet postgres browsers
 
 # What did not pass in each failed phase: the outcomes reporter's "not passed:" lines, then vitest's "FAIL file > test"
 # lines and the errors' first lines.

@@ -43,7 +43,7 @@ export class MinerProcesses {
       this.all.push(proc);
       return proc;
     });
-    await pollUntil(`the coordinator to count ${before + count} active miners`, () => this.activeMiners(), (n) => n === before + count, { timeoutMs: 60_000 + 10_000 * count, intervalMs: 200 });
+    await pollUntil(`the coordinator to count ${before + count} active miners`, () => this.activeMiners(), (n) => n === before + count, { timeoutMs: 50_000 + 10_000 * count, intervalMs: 200 });
     return started;
   }
 
