@@ -13,6 +13,7 @@ import { Coordinator } from './coordinator';
 import { DEFAULT_LOCAL_MINERS, LocalMiners, type LocalMinerOptions } from './local-miners';
 import { RateLimited } from './rate-limited';
 import type { Database, DatabaseOptions } from './db/database';
+import { MAINTAIN_EVERY_MS, maintain } from './db/maintenance';
 import { DashboardFeed } from './dashboard/feed';
 import { modelRoutes } from './routes/model';
 import { checkpointRoutes } from './routes/checkpoints';
@@ -284,6 +285,17 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const flushLiveness = setInterval(() => coordinator.liveness.flush().catch((err: unknown) => fastify.log.error({ err }, 'could not store heartbeat times')), LIVENESS_FLUSH_MS);
   flushLiveness.unref();
   sweep.unref();
+  // The embedded database has no autovacuum: the coordinator analyses and vacuums it as one would (db/maintenance.ts).
+  let maintaining: Promise<void> | undefined;
+  const maintenance =
+    db.kind === 'pglite'
+      ? setInterval(() => {
+          maintaining ??= maintain(db)
+            .then(() => undefined, (err: unknown) => fastify.log.error({ err }, 'could not analyse or vacuum the embedded database'))
+            .finally(() => (maintaining = undefined));
+        }, MAINTAIN_EVERY_MS)
+      : undefined;
+  maintenance?.unref();
   return {
     fastify,
     io,
@@ -296,6 +308,8 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
     async close(closeOptions: { keepLocalMiners?: boolean } = {}) {
       clearInterval(sweep);
       clearInterval(flushLiveness);
+      clearInterval(maintenance);
+      await maintaining;
       await lease.close();
       await localMiners.close(closeOptions.keepLocalMiners);
       feed.close();

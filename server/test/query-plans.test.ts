@@ -2,6 +2,7 @@ import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Queryable } from '../src/db/database';
+import { maintain } from '../src/db/maintenance';
 import { simHarness } from '@train-at-home/testkit/sim-harness';
 import { simMiners, type SimMiner } from '@train-at-home/testkit/sim-miners';
 
@@ -71,7 +72,13 @@ describe('query plans', () => {
        FROM generate_series(1, $2::int) i`,
       [runId, PAST_LOSSES],
     );
-    await app.db.query('ANALYZE');
+    if (app.db.kind === 'pglite') {
+      // The embedded database has no autovacuum: the statistics are what the coordinator's own maintenance gathers.
+      const { analyzed } = await maintain(app.db);
+      expect(analyzed).toEqual(expect.arrayContaining(LARGE));
+    } else {
+      await app.db.query('ANALYZE'); // a server's autovacuum would, in its own time
+    }
 
     // From here on, every statement the coordinator runs is recorded.
     const seen = new Map<string, unknown[] | undefined>();
