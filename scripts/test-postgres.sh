@@ -32,14 +32,14 @@ echo "test-postgres: PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') 
 #   server on the host's loopback);
 # - files that never open a database of the test's (the import layers, run settings, the run store's Redis checks,
 #   the validator's jobs and thresholds) or only the embedded one (idle memory, a start from another folder, the
-#   coordinator's command line as an operator runs it);
+#   coordinator's command line as an operator runs it, the embedded database's own maintenance);
 # - requests refused before any query (body limits, odd socket messages, acknowledgements, other socket.io methods,
 #   slow requests, rate limits: their stores are Redis or memory, never the database).
 # Pass a file to run only that one (e.g. server/test/replicas.test.ts).
 NOT_HERE=(
   replicas adversarial detectors audit-deadline own-corpus churn rebalance liar centered-clip phases mesh pipeline nat operator-cli
   imports run-config run-state validator/jobs validator/thresholds hardening/idle-memory hardening/working-directory
-  hardening/body-limit hardening/messages hardening/socket-ack hardening/socket-methods hardening/slow-request hardening/rate-limits
+  db/maintenance hardening/body-limit hardening/messages hardening/socket-ack hardening/socket-methods hardening/slow-request hardening/rate-limits
 )
 # (scripts/vitest-run.sh: a file whose test worker died under it, and nothing else went wrong, runs once more.)
 if [ $# -gt 0 ]; then TAH_TEST_DATABASE_URL="postgresql://tah@127.0.0.1:$PORT/postgres" bash scripts/vitest-run.sh "$@"

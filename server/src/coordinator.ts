@@ -8,6 +8,7 @@ import { PhaseMachine } from './phases';
 import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
 import { rebalance, type StageMember } from './assignment';
 import { Flags } from './state/flags';
+import { activeCounts } from './state/stage-loads';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
 import { StageMapFeed, stageRoom } from './stage-map';
 import { DEFAULT_HEARTBEAT_MS, Liveness } from './liveness';
@@ -141,9 +142,8 @@ export class Coordinator implements RunContext, MinerChannel {
 
   /** Moves miners so no stage stays empty; tells each moved miner its new stage. */
   async rebalanceStages(): Promise<void> {
-    // Most departures leave every stage held: counted in the database (one row per stage), not read miner by miner.
-    const held = await this.db.query<{ n: number }>(`SELECT count(DISTINCT stage)::int AS n FROM miners WHERE run_id = $1 AND status = 'active'`, [this.runId]);
-    if ((held[0]?.n ?? 0) >= this.run.stages) return void (await this.publishStageMap());
+    // Most departures leave every stage held: read from the kept loads (a row per stage), not miner by miner.
+    if ((await activeCounts(this.db, this.runId)).stagesHeld >= this.run.stages) return void (await this.publishStageMap());
     const members = await this.db.query<StageMember>(
       `SELECT id, stage, tokens_per_sec AS "tokensPerSec" FROM miners WHERE run_id = $1 AND status = 'active'`,
       [this.runId],

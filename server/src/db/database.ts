@@ -7,7 +7,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { tsxExecArgv } from '../tsx-loader';
-import { MIGRATIONS } from './migrations';
+import { MIGRATIONS, statements } from './migrations';
 
 /** What the coordinator needs of PostgreSQL: queries and transactions. */
 export interface Queryable {
@@ -204,7 +204,7 @@ export async function migrate(db: Database): Promise<number[]> {
   for (const m of MIGRATIONS) {
     if (done.has(m.version)) continue;
     await db.transaction(async (tx) => {
-      for (const statement of m.sql.split(/;\s*\n/).map((s) => s.trim()).filter(Boolean)) await tx.query(statement);
+      for (const statement of statements(m.sql)) await tx.query(statement);
       await tx.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
     });
     applied.push(m.version);

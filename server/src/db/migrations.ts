@@ -1,4 +1,21 @@
 // One file over 400 lines: every migration in order, one array (issue 40 moves them to one .sql file each).
+/** A migration's statements: split where a semicolon ends a line, except inside a $$-quoted function body. */
+export function statements(sql: string): string[] {
+  const out: string[] = [];
+  let current = '';
+  sql.split('$$').forEach((piece, i) => {
+    if (i % 2 === 1) return void (current += `$$${piece}$$`);
+    const [first, ...rest] = piece.split(/;\s*\n/);
+    current += first;
+    for (const next of rest) {
+      out.push(current);
+      current = next;
+    }
+  });
+  out.push(current);
+  return out.map((st) => st.trim()).filter(Boolean);
+}
+
 /** Schema migrations, applied in order, each once. Never edit one that has shipped: add another. */
 export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> = [
   {
@@ -491,6 +508,52 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
       -- upload (jobs/audits.ts, auditDeadlineMs): what that upload held and how fast it came.
       ALTER TABLE miners ADD COLUMN upload_bytes_per_sec double precision;
       ALTER TABLE miners ADD COLUMN record_bytes integer;
+    `,
+  },
+  {
+    version: 24,
+    name: 'each stage load kept as miners change',
+    sql: `
+      -- Each stage's active miners and their summed throughput, kept by the triggers below whatever changes a miner's
+      -- row (a registration, a departure, a drop, a flag, a move): a registration, a departure's check that every
+      -- stage is still held and /api/status read a row per stage instead of counting every active miner (issue 41).
+      CREATE TABLE stage_loads (
+        run_id integer NOT NULL REFERENCES runs(id),
+        stage integer NOT NULL,
+        miners integer NOT NULL DEFAULT 0,
+        tokens_per_sec double precision NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, stage)
+      );
+      -- Once per statement, from the rows it changed: a heartbeat batch (every active miner's last_seen_at) changes no
+      -- load and writes nothing; the stages' rows are written in order, so two statements never wait on each other crosswise.
+      CREATE FUNCTION stage_loads_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF TG_OP = 'INSERT' THEN
+          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
+            SELECT run_id, stage, count(*)::int, sum(tokens_per_sec::float8) FROM new_rows WHERE status = 'active' GROUP BY run_id, stage ORDER BY run_id, stage
+            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
+        ELSIF TG_OP = 'UPDATE' THEN
+          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
+            SELECT run_id, stage, sum(n)::int, sum(t) FROM (
+              SELECT run_id, stage, -1 AS n, -tokens_per_sec::float8 AS t FROM old_rows WHERE status = 'active'
+              UNION ALL SELECT run_id, stage, 1, tokens_per_sec::float8 FROM new_rows WHERE status = 'active'
+            ) d GROUP BY run_id, stage HAVING sum(n) <> 0 OR sum(t) <> 0 ORDER BY run_id, stage
+            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
+        ELSE
+          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
+            SELECT run_id, stage, -count(*)::int, -sum(tokens_per_sec::float8) FROM old_rows WHERE status = 'active' GROUP BY run_id, stage ORDER BY run_id, stage
+            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
+        END IF;
+        RETURN NULL;
+      END $$;
+      CREATE TRIGGER stage_loads_on_insert AFTER INSERT ON miners REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
+      CREATE TRIGGER stage_loads_on_update AFTER UPDATE ON miners REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
+      CREATE TRIGGER stage_loads_on_delete AFTER DELETE ON miners REFERENCING OLD TABLE AS old_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
+      INSERT INTO stage_loads (run_id, stage, miners, tokens_per_sec)
+        SELECT run_id, stage, count(*)::int, coalesce(sum(tokens_per_sec::float8), 0) FROM miners WHERE status = 'active' GROUP BY run_id, stage;
     `,
   },
 ];

@@ -3,6 +3,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Coordinator } from '../coordinator';
 import type { LocalMiners } from '../local-miners';
 import { bigramLoss } from '../dashboard/snapshot';
+import { activeCounts } from '../state/stage-loads';
 import { BadRequest, answerBadRequests, integer, limit, matching, optionalMatching, page, type Query } from './query';
 
 /** Metric series the API serves, by the name they are stored under. */
@@ -45,7 +46,7 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator; localM
   answerBadRequests(app);
 
   app.get('/api/status', async () => {
-    const [{ count }] = (await db.query<{ count: number }>(`SELECT count(*)::int AS count FROM miners WHERE run_id = $1 AND status = 'active'`, [runId])) as [{ count: number }];
+    const { miners: count } = await activeCounts(db, runId); // kept per stage as miners change (state/stage-loads.ts)
     // Whether this coordinator starts miners of its own for stages nobody holds (a tab that waits says so).
     // Stages nobody holds (a waiting tab says how many more participants the run needs), as miners were last told.
     const emptyStages = coordinator.stageFeed.view([...Array(coordinator.run.stages).keys()]).filter((v) => v.miners.length === 0).map((v) => v.stage);

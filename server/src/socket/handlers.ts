@@ -3,7 +3,8 @@ import { UNSUITABLE_BACKENDS } from '@train-at-home/model';
 import { encodeAddress } from '@polkadot/util-crypto';
 import type { Socket } from 'socket.io';
 import { ANNOUNCE_WAIT_MS, type ActivationRegistry } from '../activations';
-import { stageForNewcomer, type StageLoad } from '../assignment';
+import { stageForNewcomer } from '../assignment';
+import { stageLoads } from '../state/stage-loads';
 import type { LiveState } from '../dashboard/live';
 import type { Liveness } from '../liveness';
 import { iceFor, type NetworkSettings, type RelayBudget } from '../network';
@@ -120,14 +121,7 @@ export async function register({ host, socket, state, held }: EventContext, msg:
     const assigned =
       previous && previous.stage < host.run.stages
         ? previous.stage
-        : stageForNewcomer(
-            host.run.stages,
-            await tx.query<StageLoad>(
-              `SELECT stage, count(*)::int AS miners, coalesce(sum(tokens_per_sec::float8), 0) AS "tokensPerSec"
-               FROM miners WHERE run_id = $1 AND status = 'active' AND id <> $2 GROUP BY stage`,
-              [host.runId, minerId],
-            ),
-          );
+        : stageForNewcomer(host.run.stages, await stageLoads(tx, host.runId));
     await tx.query(
       `INSERT INTO miners (id, run_id, public_key, address, backend, tokens_per_sec, stage, status, connection, instance)
        VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9)
