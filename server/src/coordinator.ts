@@ -10,7 +10,7 @@ import { rebalance, type StageMember } from './assignment';
 import { Flags } from './state/flags';
 import { activeCounts } from './state/stage-loads';
 import { DEFAULT_NETWORK, RelayBudget, networkSettings, type NetworkSettings } from './network';
-import { StageMapFeed, stageRoom } from './stage-map';
+import { StageMapFeed, stageRoom, type StageChange } from './stage-map';
 import { DEFAULT_HEARTBEAT_MS, Liveness } from './liveness';
 import type { ScaleOut } from './scale-out';
 import type { MinerAction, MinerChannel, RunContext } from './run-state';
@@ -63,7 +63,19 @@ export class Coordinator implements RunContext, MinerChannel {
     this.liveness = new Liveness(db);
     this.stageFeed = new StageMapFeed(
       run.stages,
-      async () => (await this.stageMap()).map((s) => s.miners.map((m) => m.id)),
+      {
+        readAll: async () => {
+          // Forgotten first: what changes after this is logged again, and applying it to what is read changes nothing twice.
+          await db.query('DELETE FROM stage_changes WHERE run_id = $1', [runId]);
+          return (await this.stageMap()).map((s) => s.miners.map((m) => m.id));
+        },
+        takeChanges: () =>
+          db.query<StageChange>(
+            `WITH taken AS (DELETE FROM stage_changes WHERE run_id = $1 RETURNING id, stage, miner_id, joined)
+             SELECT stage, miner_id AS "minerId", joined FROM taken ORDER BY id`,
+            [runId],
+          ),
+      },
       (rooms, delta) => {
         this.io?.to(rooms).emit('stage-delta', delta); // in scale-out mode, to those rooms on every process
         this.scaleOut?.deltaPublished(delta); // …and to the other processes' mirrors

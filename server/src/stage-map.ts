@@ -3,11 +3,39 @@ import { PROTOCOL_VERSION, applyStageDelta, isStageDelta, isStageView, neighbour
 /** Where the feed sends a delta: the rooms of the stages that talk to it (their miners get it once each). */
 export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
 
+/** One change of who holds a stage, as the database logged it (stage_changes, migration 25). */
+export interface StageChange {
+  stage: number;
+  minerId: string;
+  joined: boolean;
+}
+
+/** Where the feed learns who holds which stage. */
+export interface StageSource {
+  /** Forgets the changes logged so far, then reads who holds each stage: when the feed starts, and after a takeover. */
+  readAll(): Promise<string[][]>;
+  /** Takes the changes logged since the last read or take, oldest first (each miner's in the order they were made). */
+  takeChanges(): Promise<StageChange[]>;
+}
+
+/** Where `id` is, or would go, in a sorted list. */
+function place(sorted: readonly string[], id: string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]! < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /**
- * The shortest time between two reads of the map: a read is O(N) rows, and
- * registrations come one after another (they serialize on the assignment
- * lock), so one read per join made a ramp of N joins cost O(N²). Joins and
- * departures within it reach the miners as one delta per stage, that much later.
+ * The shortest time between two publishes: each sends a delta to every miner
+ * of the neighbouring stages, and registrations come one after another (they
+ * serialize on the assignment lock), so one publish per join made a ramp of N
+ * joins cost O(N²) messages. Joins and departures within it reach the miners
+ * as one delta per stage, that much later.
  */
 export const PUBLISH_EVERY_MS = 200;
 /**
@@ -33,12 +61,13 @@ export const stageRoom = (stage: number): string => `stage:${stage}`;
 
 /**
  * The stage map as miners were told it, and what tells them (protocol's
- * stage-map.ts). `publish` reads who holds which stage from the database
- * (whatever changed it: a registration, a departure, a drop, a flag, a
- * rebalance) and sends each stage that changed as one delta, numbered, encoded
- * once for the rooms of the stages that talk to it. Calls made while a
- * publish runs or waits its turn (publishEveryMs) are folded into one more:
- * a burst of joins costs one read.
+ * stage-map.ts). `publish` takes the changes the database logged since the
+ * last publish (whatever made them: a registration, a departure, a drop, a
+ * flag, a rebalance; a whole read only at the start and after a takeover) and
+ * sends each stage that changed as one delta, numbered, encoded once for the
+ * rooms of the stages that talk to it: its cost follows the changes, not the
+ * number of miners. Calls made while a publish runs or waits its turn
+ * (publishEveryMs) are folded into one more: a burst of joins costs one read.
  * A snapshot (`view`) is taken from what was published, never from the
  * database, so that it and the deltas after it follow one numbering.
  */
@@ -47,10 +76,12 @@ export class StageMapFeed {
   private tail: Promise<void> = Promise.resolve();
   private queued?: Promise<void>;
   private lastRead = -Infinity;
+  /** Whether the next publish reads the whole map (at the start, and after a takeover) rather than the logged changes. */
+  private whole = true;
 
   constructor(
     private readonly stages: number,
-    private readonly read: () => Promise<string[][]>,
+    private readonly source: StageSource,
     private readonly sink: StageDeltaSink,
   ) {
     this.published = Array.from({ length: stages }, (_, stage) => ({ stage, seq: 0, miners: [] }));
@@ -78,6 +109,7 @@ export class StageMapFeed {
   lead(): Promise<void> {
     if (!this.leading) {
       this.leading = true;
+      this.whole = true; // what the last publisher took from the log and never published is in no delta this one saw
       for (let s = 0; s < this.stages; s++) this.published[s] = { ...this.published[s]!, seq: this.published[s]!.seq + TAKEOVER_SEQ_JUMP };
     }
     return this.publish();
@@ -118,10 +150,12 @@ export class StageMapFeed {
   }
 
   private async once(): Promise<void> {
-    const now = await this.read();
+    const next = this.whole ? await this.readWhole() : this.apply(await this.source.takeChanges());
+    this.whole = false;
     for (let stage = 0; stage < this.stages; stage++) {
       const before = this.published[stage]!;
-      const miners = [...(now[stage] ?? [])].sort();
+      const miners = next[stage];
+      if (!miners) continue;
       const { joined, left } = stageChange(before.miners, miners);
       if (joined.length === 0 && left.length === 0) continue;
       const seq = before.seq + 1;
@@ -129,6 +163,29 @@ export class StageMapFeed {
       // The stages whose miners talk to this one are the ones it talks to.
       this.sink(neighbourhood(stage, this.stages).map(stageRoom), { v: PROTOCOL_VERSION, stage, seq, joined, left });
     }
+  }
+
+  /** Every stage's miners, sorted, read whole. */
+  private async readWhole(): Promise<Array<string[] | undefined>> {
+    const now = await this.source.readAll();
+    return Array.from({ length: this.stages }, (_, stage) => [...(now[stage] ?? [])].sort());
+  }
+
+  /**
+   * The published lists with the changes applied in order (a change that is already true, as after a whole read
+   * that saw it, changes nothing): a new sorted list for each stage a change names, undefined for the others.
+   */
+  private apply(changes: StageChange[]): Array<string[] | undefined> {
+    const next: Array<string[] | undefined> = Array.from({ length: this.stages }, () => undefined);
+    for (const { stage, minerId, joined } of changes) {
+      if (!Number.isInteger(stage) || stage < 0 || stage >= this.stages) continue;
+      const list = (next[stage] ??= [...this.published[stage]!.miners]);
+      const at = place(list, minerId);
+      const there = list[at] === minerId;
+      if (joined && !there) list.splice(at, 0, minerId);
+      else if (!joined && there) list.splice(at, 1);
+    }
+    return next;
   }
 
   /** The published views of some stages (a miner's neighbourhood, or what it asked for after a gap). */

@@ -556,4 +556,53 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
         SELECT run_id, stage, count(*)::int, coalesce(sum(tokens_per_sec::float8), 0) FROM miners WHERE status = 'active' GROUP BY run_id, stage;
     `,
   },
+  {
+    version: 25,
+    name: 'who joined and left each stage, logged as miners change',
+    sql: `
+      -- Every change of who holds a stage (a miner becoming active on it, or ceasing to: a departure, a drop, a flag, a
+      -- move), logged by the same statement triggers as stage_loads, in the order the changes were made to each miner.
+      -- The stage map's publisher (stage-map.ts) takes what was logged since it last looked, instead of reading every
+      -- active miner at each publish (issue 41).
+      CREATE TABLE stage_changes (
+        id bigserial PRIMARY KEY,
+        run_id integer NOT NULL,
+        stage integer NOT NULL,
+        miner_id text NOT NULL,
+        joined boolean NOT NULL
+      );
+      CREATE INDEX stage_changes_by_run ON stage_changes (run_id, id);
+      CREATE OR REPLACE FUNCTION stage_loads_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF TG_OP = 'INSERT' THEN
+          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
+            SELECT run_id, stage, count(*)::int, sum(tokens_per_sec::float8) FROM new_rows WHERE status = 'active' GROUP BY run_id, stage ORDER BY run_id, stage
+            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
+          INSERT INTO stage_changes (run_id, stage, miner_id, joined) SELECT run_id, stage, id, true FROM new_rows WHERE status = 'active' ORDER BY id;
+        ELSIF TG_OP = 'UPDATE' THEN
+          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
+            SELECT run_id, stage, sum(n)::int, sum(t) FROM (
+              SELECT run_id, stage, -1 AS n, -tokens_per_sec::float8 AS t FROM old_rows WHERE status = 'active'
+              UNION ALL SELECT run_id, stage, 1, tokens_per_sec::float8 FROM new_rows WHERE status = 'active'
+            ) d GROUP BY run_id, stage HAVING sum(n) <> 0 OR sum(t) <> 0 ORDER BY run_id, stage
+            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
+          -- A row that stayed active on the same stage (a heartbeat, a new speed) is no change of who holds it.
+          INSERT INTO stage_changes (run_id, stage, miner_id, joined)
+            SELECT o.run_id, o.stage, o.id, false FROM old_rows o
+            LEFT JOIN new_rows n ON n.id = o.id AND n.status = 'active' AND n.stage = o.stage AND n.run_id = o.run_id
+            WHERE o.status = 'active' AND n.id IS NULL ORDER BY o.id;
+          INSERT INTO stage_changes (run_id, stage, miner_id, joined)
+            SELECT n.run_id, n.stage, n.id, true FROM new_rows n
+            LEFT JOIN old_rows o ON o.id = n.id AND o.status = 'active' AND o.stage = n.stage AND o.run_id = n.run_id
+            WHERE n.status = 'active' AND o.id IS NULL ORDER BY n.id;
+        ELSE
+          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
+            SELECT run_id, stage, -count(*)::int, -sum(tokens_per_sec::float8) FROM old_rows WHERE status = 'active' GROUP BY run_id, stage ORDER BY run_id, stage
+            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
+          INSERT INTO stage_changes (run_id, stage, miner_id, joined) SELECT run_id, stage, id, false FROM old_rows WHERE status = 'active' ORDER BY id;
+        END IF;
+        RETURN NULL;
+      END $$;
+    `,
+  },
 ];
