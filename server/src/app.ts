@@ -251,7 +251,9 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   refuseOtherSocketMethods(fastify.server);
   coordinator.io = io;
   // Socket budgets shared by every process in scale-out mode (in Redis), as the HTTP ones above are.
-  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, store.socketRateLimits(run.name)));
+  // A connection's address, for the registrations budget of each address: behind a trusted balancer, the client it forwards.
+  const trusted = limits.trustedProxies.length > 0 ? proxyaddr.compile(limits.trustedProxies) : () => false;
+  attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, store.socketRateLimits(run.name)), (socket) => proxyaddr(socket.request, trusted));
   if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);

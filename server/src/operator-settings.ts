@@ -2,7 +2,7 @@ import proxyaddr from '@fastify/proxy-addr';
 import type { AppOptions, HttpLimits } from './app';
 import type { IncentiveSettings } from './run-config';
 import { DEFAULT_HEARTBEAT_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './liveness';
-import { DEFAULT_SOCKET_RATES, type RatedEvent, type SocketRate, type SocketRates } from './socket/rate-limits';
+import { DEFAULT_SOCKET_RATES, type SocketRate, type SocketRates } from './socket/rate-limits';
 
 /** A setting an operator gave that cannot be used: named, with what it must be. */
 export class SettingError extends Error {
@@ -101,7 +101,7 @@ export function parseSocketRates(raw: string): Partial<SocketRates> {
   for (const part of raw.split(',').map((p) => p.trim()).filter(Boolean)) {
     const m = /^([a-z-]+)=([0-9]+)\/([0-9]+)$/.exec(part);
     if (!m) throw new SettingError('socket-rates', `each entry is event=max/ms (heartbeat=10/1000), not ${JSON.stringify(part)}`);
-    const event = m[1] as RatedEvent;
+    const event = m[1] as keyof SocketRates;
     if (!Object.hasOwn(DEFAULT_SOCKET_RATES, event)) throw new SettingError('socket-rates', `no event ${event}; events: ${Object.keys(DEFAULT_SOCKET_RATES).join(', ')}`);
     const rate: SocketRate = { max: whole(`socket-rates ${event} max`, m[2]!, 1, 1_000_000), perMs: whole(`socket-rates ${event} ms`, m[3]!, 1000, 3_600_000) };
     out[event] = rate;

@@ -77,7 +77,8 @@ describe('the stage map miners are told', () => {
   });
 
   it('a join among N registered miners sends bytes that grow at most linearly in N (N = 100 and 1,000)', { timeout: 600_000 }, async () => {
-    const url = await h.start('stage-map-bytes', 3, { http: { maxConnectionsPerIp: 2100 } });
+    // A thousand simulated miners from one address: its connection cap and registrations budget raised, as bench:load raises them.
+    const url = await h.start('stage-map-bytes', 3, { http: { maxConnectionsPerIp: 2100 }, socketRates: { 'register-per-address': { max: 10_000, perMs: 60_000 } } });
     const miners = h.miners;
     const joinCost = async (): Promise<{ n: number; bytes: number; packets: number }> => {
       await expect.poll(() => viewsAgree(miners, false), { timeout: 60_000 }).toBe(true);

@@ -33,8 +33,9 @@ export function hardeningHarness() {
       app = await buildApp({ ...options, run: { preset: 'tiny', stages: 3, bottleneck: 32, ...options.run, name }, database: database ?? (await testDatabase()) });
       return { app, url: await app.fastify.listen({ port: 0, host: '127.0.0.1' }) };
     },
-    async open(url: string, transports: Array<'websocket' | 'polling'> = ['websocket']): Promise<Socket> {
-      const socket = connect(url, { transports, reconnection: false, forceNew: true });
+    /** A socket.io client connection; `localAddress` another loopback address it connects from (127.0.0.2…), as another host would. */
+    async open(url: string, transports: Array<'websocket' | 'polling'> = ['websocket'], localAddress?: string): Promise<Socket> {
+      const socket = connect(url, { transports, reconnection: false, forceNew: true, ...(localAddress ? { localAddress } : {}) } as Parameters<typeof connect>[1]);
       sockets.push(socket);
       await new Promise<void>((resolve, reject) => {
         socket.once('connect', resolve);

@@ -9,7 +9,8 @@ export interface SocketRate {
 
 /** Kinds of socket message with a budget of their own; `other` is every event the coordinator does not know. */
 export type RatedEvent = 'hello' | 'register' | 'heartbeat' | 'signal' | 'receipt' | 'loss' | 'merge-ready' | 'merged' | 'frame' | 'ice' | 'other';
-export type SocketRates = Record<RatedEvent, SocketRate>;
+/** Each event's budget, and `register-per-address`: the registrations of every connection from one address together. */
+export type SocketRates = Record<RatedEvent, SocketRate> & { 'register-per-address': SocketRate };
 
 /**
  * What an honest miner sends, with room to spare. A stage miner confirms at
@@ -31,6 +32,10 @@ export const DEFAULT_SOCKET_RATES: SocketRates = {
   // A miner asks for fresh TURN credentials before they expire and after a failed connection.
   ice: { max: 20, perMs: 60_000 },
   other: { max: 20, perMs: 1000 },
+  // Registrations from one address, over all its connections: a household's or a campus's tabs join far slower
+  // than this; a flood of new identities from one host is refused by name before any signature is checked, and
+  // everyone else's joins go on (each address has its own budget; behind a trusted balancer, each forwarded client).
+  'register-per-address': { max: 120, perMs: 60_000 },
 };
 
 /**
@@ -44,7 +49,7 @@ export const DEFAULT_SOCKET_RATES: SocketRates = {
  * limiter's insurance) rather than refuse or let everything through.
  */
 export class SocketRateLimits {
-  private readonly limiters: Record<RatedEvent, RateLimiterMemory | RateLimiterRedis>;
+  private readonly limiters: Record<RatedEvent | 'register-per-address', RateLimiterMemory | RateLimiterRedis>;
 
   constructor(rates: Partial<SocketRates> = {}, shared?: { redis: Redis; prefix: string }) {
     const all = { ...DEFAULT_SOCKET_RATES, ...rates };
@@ -56,22 +61,29 @@ export class SocketRateLimits {
         const own = new RateLimiterMemory(budget);
         return [event, shared ? new RateLimiterRedis({ ...budget, keyPrefix: `${shared.prefix}${event}`, storeClient: shared.redis, insuranceLimiter: own }) : own];
       }),
-    ) as Record<RatedEvent, RateLimiterMemory | RateLimiterRedis>;
+    ) as Record<RatedEvent | 'register-per-address', RateLimiterMemory | RateLimiterRedis>;
   }
 
   static kind(event: string): RatedEvent {
-    return Object.hasOwn(DEFAULT_SOCKET_RATES, event) && event !== 'other' ? (event as RatedEvent) : 'other';
+    return Object.hasOwn(DEFAULT_SOCKET_RATES, event) && event !== 'other' && event !== 'register-per-address' ? (event as RatedEvent) : 'other';
   }
 
-  /** Counts one message; undefined when it is within budget, else the milliseconds to wait. */
-  async take(event: string, connectionId: string, minerId?: string): Promise<number | undefined> {
-    const limiter = this.limiters[SocketRateLimits.kind(event)];
+  /**
+   * Counts one message; undefined when it is within budget, else the milliseconds to wait and what was over it
+   * (a registration also counts against its address's budget, every connection from there together).
+   */
+  async take(event: string, connectionId: string, minerId?: string, address?: string): Promise<{ waitMs: number; over: string } | undefined> {
+    const kind = SocketRateLimits.kind(event);
+    const limiter = this.limiters[kind];
+    let over = `${kind} messages`;
     try {
       await limiter.consume(`c:${connectionId}`);
       if (minerId) await limiter.consume(`m:${minerId}`);
+      over = 'registrations from this address';
+      if (kind === 'register' && address !== undefined) await this.limiters['register-per-address'].consume(`a:${address}`);
       return undefined;
     } catch (e) {
-      if (e instanceof RateLimiterRes) return Math.max(1, e.msBeforeNext);
+      if (e instanceof RateLimiterRes) return { waitMs: Math.max(1, e.msBeforeNext), over };
       throw e;
     }
   }

@@ -28,16 +28,18 @@ const TIMING_REFUSALS = new Set(['OUT_OF_PHASE', 'REPLAYED', 'UNKNOWN_PEER', 'UN
  * sent them in even when one waits (the validator counts a miner's inner steps
  * between two of its receipts: jobs/spot-checks.ts).
  */
-export function attachRegistration(io: Server, host: HandlerHost, limits = new SocketRateLimits()): void {
+export function attachRegistration(io: Server, host: HandlerHost, limits = new SocketRateLimits(), addressOf: (socket: Socket) => string = (socket) => socket.handshake.address): void {
   io.on('connection', (socket: Socket) => {
     const state: ConnectionState = { rejections: 0 };
+    const address = addressOf(socket);
     const held = socket.data as MinerSocketData;
     const answer = (event: string, callback: Ack | undefined): Ack => callback ?? ((reply) => socket.emit('reply', { event: event.slice(0, 40), ...reply }));
     /** Over its budget (socket/rate-limits.ts): refused by name with the time to wait; not counted as a bad message. */
     const overBudget = async (event: string, ack: Ack): Promise<boolean> => {
-      const waitMs = await limits.take(event, socket.id, state.minerId);
-      if (waitMs === undefined) return false;
-      ack({ ok: false, error: { code: 'RATE_LIMITED', message: `too many ${SocketRateLimits.kind(event)} messages; retry in ${waitMs} ms`, retryAfterMs: waitMs } });
+      const refused = await limits.take(event, socket.id, state.minerId, address);
+      if (refused === undefined) return false;
+      const { waitMs, over } = refused;
+      ack({ ok: false, error: { code: 'RATE_LIMITED', message: `too many ${over}; retry in ${waitMs} ms`, retryAfterMs: waitMs } });
       return true;
     };
     /** Answers a refusal, counts it unless timing alone earns it, and disconnects a connection past MAX_REJECTIONS or that signed wrongly. */

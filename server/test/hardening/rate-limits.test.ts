@@ -1,9 +1,9 @@
 import { generateIdentity, PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { register } from '@train-at-home/swarm';
 import { afterEach, describe, expect, it } from 'vitest';
-import { emitWithAck, hardeningHarness } from '@train-at-home/testkit/hardening-harness';
+import { emitWithAck, hardeningHarness, type Reply } from '@train-at-home/testkit/hardening-harness';
 
-/** Rate limits on every HTTP route (per IP) and every socket event (per connection and per miner). */
+/** Rate limits on every HTTP route (per IP) and every socket event (per connection and per miner; registrations also per address). */
 describe('rate limits', () => {
   const h = hardeningHarness();
   afterEach(() => h.close());
@@ -31,6 +31,30 @@ describe('rate limits', () => {
     expect([await via('203.0.113.2'), await via('203.0.113.2')]).toEqual([200, 200]);
     // A client that is not the balancer names someone else in the header: its own address is counted.
     expect([await via('203.0.113.3', '198.51.100.7'), await via('203.0.113.4', '198.51.100.7'), await via('203.0.113.5', '198.51.100.7')]).toEqual([200, 200, 429]);
+  });
+
+  it('refuse a flood of registrations from one address by name, before any signature is checked, while another address joins at once', async () => {
+    const { app, url } = await h.start('hardening-register-flood', undefined, { socketRates: { 'register-per-address': { max: 3, perMs: 60_000 } } });
+    /** A new identity's hello and register on a connection of its own, from `from` (a loopback address); `forge` signs it wrongly. */
+    const join = async (from = '127.0.0.1', forge = false): Promise<Reply> => {
+      const socket = await h.open(url, ['websocket'], from);
+      const identity = generateIdentity();
+      const hello = await emitWithAck(socket, 'hello', { v: PROTOCOL_VERSION, publicKey: identity.publicKey });
+      const signed = { publicKey: identity.publicKey, challenge: hello.challenge as string, backend: 'wasm', tokensPerSec: 1 };
+      const signature = forge ? generateIdentity().sign('register', signed) : identity.sign('register', signed);
+      return emitWithAck(socket, 'register', { v: PROTOCOL_VERSION, ...signed, signature });
+    };
+    const active = async (): Promise<number> => (await app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM miners WHERE status = 'active'`))[0]!.n;
+    expect((await Promise.all([join(), join(), join()])).map((r) => r.ok)).toEqual([true, true, true]);
+    const flooded = await join();
+    expect(flooded).toMatchObject({ ok: false, error: { code: 'RATE_LIMITED', message: expect.stringContaining('registrations from this address') } });
+    expect(flooded.error!.retryAfterMs).toBeGreaterThan(0);
+    // Refused before its signature is looked at: a forged one gets the same answer, not BAD_SIGNATURE.
+    expect(await join('127.0.0.1', true)).toMatchObject({ ok: false, error: { code: 'RATE_LIMITED' } });
+    expect(await active()).toBe(3);
+    // Someone else, from another address, joins at once.
+    expect(await join('127.0.0.2')).toMatchObject({ ok: true, stage: expect.any(Number) });
+    expect(await active()).toBe(4);
   });
 
   it('refuse socket events over budget by name, with the time to wait, per connection and per miner, and take them again after it', async () => {
