@@ -2,11 +2,11 @@
  * The coordinator bench/load.ts measures, in a process of its own (the
  * generator's miners do not share its event loop): the `tiny` run of 3 stages
  * on the embedded database (TAH_LOAD_DATA_DIR) or a PostgreSQL server
- * (TAH_LOAD_DATABASE_URL; with TAH_LOAD_REDIS_URL, one of a run's processes in scale-out mode), with the connection cap and per-IP request limit
- * raised (every simulated miner comes from 127.0.0.1) and the validator's
+ * (TAH_LOAD_DATABASE_URL; with TAH_LOAD_REDIS_URL, one of a run's processes in scale-out mode), with the connection cap, per-IP request limit and registrations per
+ * address raised (every simulated miner comes from 127.0.0.1) and the validator's
  * spot checks and audits off (simulated miners carry no model to replay: the
  * validator's cost is bench:audit's). Over IPC: { url } once listening, then
- * { rssMb, maxStallMs } whenever asked (the event loop's longest delay since the last ask).
+ * { rssMb, maxStallMs, cpuMs } whenever asked (the event loop's longest delay since the last ask; the process's CPU time so far).
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { buildApp } from '../server/src/app';
@@ -17,6 +17,7 @@ const app = await buildApp({
   // Scale-out mode (two processes): the run's other process shares the database and this Redis.
   ...(process.env.TAH_LOAD_REDIS_URL ? { redisUrl: process.env.TAH_LOAD_REDIS_URL } : {}),
   http: { maxConnectionsPerIp: 1_000_000, requestsPerIpPerMinute: 10_000_000 },
+  socketRates: { 'register-per-address': { max: 10_000_000, perMs: 60_000 } },
 });
 const url = await app.fastify.listen({ port: 0, host: '127.0.0.1' });
 process.send!({ url });
@@ -25,7 +26,8 @@ const delay = monitorEventLoopDelay({ resolution: 20 });
 delay.enable();
 process.on('message', (m: { rss?: boolean; stop?: boolean }) => {
   if (m.rss) {
-    process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20, maxStallMs: delay.max / 1e6 });
+    const cpu = process.cpuUsage();
+    process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20, maxStallMs: delay.max / 1e6, cpuMs: (cpu.user + cpu.system) / 1000 });
     delay.reset();
   }
   if (m.stop) void app.close().then(() => process.exit(0));

@@ -14,8 +14,14 @@
  * activation and gradient, and the last stage's loss. The ramp adds miners
  * step by step and measures, over WINDOW_MS at each count: heartbeat
  * round-trip p99, /api/status p99, the coordinator's RSS, and the bytes each
- * miner received from the coordinator per minute. It stops when heartbeat
- * p99 passes 500 ms or any miner is dropped.
+ * miner received from the coordinator per minute. Then the same again under
+ * people's churn (TAH_LOAD_SESSION_MIN, 30 minutes by default: a miner stays
+ * that long on average, so N/30 leave and as many newcomers join a minute):
+ * heartbeat, /api/status and registration p99 while they come and go. Then a
+ * burst of 200 departures and joins measures the coordinator's CPU per
+ * registration (its CPU over the burst less its quiet rate, per join). It
+ * stops when heartbeat p99 passes 500 ms, quiet or under churn, or any miner
+ * is dropped.
  *
  * The simulated miners of one stage share one stage-map view
  * (SharedStageViews): every socket still receives and decodes every message,
@@ -46,6 +52,8 @@ import { PROTOCOL_VERSION } from '@train-at-home/protocol';
 import { finish, machine } from './lib';
 import { SharedStageViews, simMiner, type SimMiner } from '@train-at-home/testkit/sim-miners';
 
+/** Churn: a miner stays SESSION_MIN minutes on average (exponentially distributed), so N / SESSION_MIN leave and as many join a minute. */
+const SESSION_MIN = Number(process.env.TAH_LOAD_SESSION_MIN ?? 30);
 const STEPS = (process.env.TAH_LOAD_STEPS ?? '100,300,600,1000,2000,3000,5000,7500,10000').split(',').map(Number);
 const WINDOW_MS = Number(process.env.TAH_LOAD_WINDOW_MS ?? 30_000);
 const PIPELINES = 30;
@@ -67,13 +75,13 @@ function startCoordinator(dataDir: string): Promise<{ child: ChildProcess; url: 
     child.once('exit', (code) => reject(new Error(`the coordinator exited (${code})`)));
   });
 }
-/** The coordinator's RSS, and the longest its event loop was held since the last ask. */
-const coordinatorState = (child: ChildProcess): Promise<{ rssMb: number; maxStallMs: number }> =>
+/** The coordinator's RSS, the longest its event loop was held since the last ask, and its CPU time so far. */
+const coordinatorState = (child: ChildProcess): Promise<{ rssMb: number; maxStallMs: number; cpuMs: number }> =>
   new Promise((resolve) => {
-    const on = (m: { rssMb?: number; maxStallMs?: number }): void => {
+    const on = (m: { rssMb?: number; maxStallMs?: number; cpuMs?: number }): void => {
       if (m.rssMb === undefined) return;
       child.off('message', on);
-      resolve({ rssMb: m.rssMb, maxStallMs: m.maxStallMs ?? NaN });
+      resolve({ rssMb: m.rssMb, maxStallMs: m.maxStallMs ?? NaN, cpuMs: m.cpuMs ?? NaN });
     };
     child.on('message', on);
     child.send({ rss: true });
@@ -118,6 +126,21 @@ interface Step {
   stageMapRefetches: number;
   dropReasons: Record<string, number>;
   microbatchesReported: number;
+  /** The churn half of the window (sessions of SESSION_MIN minutes on average): joins, their p99, and what every client saw meanwhile. */
+  churnRegistrations: number;
+  registrationP99MsChurn: number;
+  hbP99MsChurn: number;
+  statusP99MsChurn: number;
+  /**
+   * Coordinator CPU (ms) per registration with its departure: CHURN_BURST miners leave and as many join, 25 at a
+   * time, and the coordinator's CPU meanwhile, less what it spends in as long a quiet time, is divided by the joins.
+   */
+  cpuMsPerReg: number;
+  /** The same for the step's ramp (its newcomers' joins, no departures). */
+  rampCpuMsPerReg: number;
+  /** Coordinator CPU, in cores, in the quiet half and in the churn half. */
+  cpuCoresQuiet: number;
+  cpuCoresChurn: number;
 }
 
 /** Set when this process runs one ramp (on that database) for the orchestrator below, which runs one per database. */
@@ -136,9 +159,9 @@ const urls = coordinators.map((c) => c.url);
 const sharedViews = new SharedStageViews(urls[0]!);
 let nextUrl = 0;
 /** Every coordinator process's state: RSS summed, the longest stall of any. */
-const coordinatorsState = async (): Promise<{ rssMb: number; maxStallMs: number; rssMbEach: number[] }> => {
+const coordinatorsState = async (): Promise<{ rssMb: number; maxStallMs: number; cpuMs: number; rssMbEach: number[] }> => {
   const each = await Promise.all(coordinators.map((c) => coordinatorState(c.child)));
-  return { rssMb: each.reduce((a, e) => a + e.rssMb, 0), maxStallMs: Math.max(...each.map((e) => e.maxStallMs)), rssMbEach: each.map((e) => Math.round(e.rssMb)) };
+  return { rssMb: each.reduce((a, e) => a + e.rssMb, 0), maxStallMs: Math.max(...each.map((e) => e.maxStallMs)), cpuMs: each.reduce((a, e) => a + e.cpuMs, 0), rssMbEach: each.map((e) => Math.round(e.rssMb)) };
 };
 const miners: SimMiner[] = [];
 let dropped = 0;
@@ -149,6 +172,8 @@ const received = new Map<SimMiner, number>();
 let stageMapBytes = 0;
 const hbRtts: number[] = [];
 const beats = new Map<SimMiner, ReturnType<typeof setInterval>>();
+/** Miners closed because their session ended (churn), until their disconnect is seen. */
+const leaving = new Set<SimMiner>();
 
 /** A registered miner: counts the bytes it is sent, heartbeats like the client, and notices being dropped. */
 function watch(m: SimMiner): void {
@@ -159,18 +184,22 @@ function watch(m: SimMiner): void {
     if (typeof p.data === 'string' && p.data.startsWith('2["stage')) stageMapBytes += 1 + n;
   });
   m.socket.on('disconnect', (reason: string) => {
+    if (leaving.has(m)) return void leaving.delete(m); // its session ended (churn): it left, it was not dropped
     dropped++;
     dropReasons[reason] = (dropReasons[reason] ?? 0) + 1;
   });
   // Spread over the interval, as independent clients are.
-  setTimeout(() => beats.set(m, setInterval(() => void m.heartbeat().then((ms) => hbRtts.push(ms)), m.heartbeatMs)), Math.random() * m.heartbeatMs);
+  setTimeout(() => m.socket.connected && beats.set(m, setInterval(() => void m.heartbeat().then((ms) => hbRtts.push(ms)), m.heartbeatMs)), Math.random() * m.heartbeatMs);
 }
 
 /** 30 pipelines, each a miner of every stage, reporting one microbatch a second: every receipt both ends send, and the loss. */
 let reported = 0;
+/** The pipelines' miners: they stay (churn takes the others). */
+const pinned = new Set<SimMiner>();
 function pipelines(): () => void {
   const byStage = [0, 1, 2].map((s) => miners.filter((m) => m.stage === s));
   const lanes = Array.from({ length: PIPELINES }, (_, i) => byStage.map((ms) => ms[i % ms.length]!));
+  for (const lane of lanes) for (const m of lane) pinned.add(m);
   const emit = (by: SimMiner, event: string, msg: object): Promise<unknown> => new Promise((resolve) => by.socket.emit(event, { v: PROTOCOL_VERSION, ...msg }, resolve));
   const timers = lanes.map((lane, i) =>
     setTimeout(
@@ -220,6 +249,80 @@ async function joinOne(regMs: number[]): Promise<SimMiner> {
   }
 }
 
+/** /api/status, asked every 500 ms for `ms` (of each process in turn): each answer's time. */
+async function pollStatus(ms: number): Promise<number[]> {
+  const out: number[] = [];
+  const start = performance.now();
+  while (performance.now() - start < ms) {
+    const t = performance.now();
+    await fetch(`${urls[out.length % urls.length]}/api/status`).then((r) => r.json());
+    out.push(performance.now() - t);
+    await sleep(500);
+  }
+  return out;
+}
+
+/** A miner outside the pipelines, at random, ends its session: it disconnects, and is no longer heartbeating or counted. */
+function leaveOne(): void {
+  let i: number;
+  do i = Math.floor(Math.random() * miners.length);
+  while (pinned.has(miners[i]!));
+  const [gone] = miners.splice(i, 1);
+  leaving.add(gone!);
+  clearInterval(beats.get(gone!));
+  beats.delete(gone!);
+  received.delete(gone!);
+  gone!.close();
+}
+
+/**
+ * `ms` of people's churn at the current size: every 250 ms, each miner outside the pipelines ends its session with
+ * the probability that gives a mean session of SESSION_MIN minutes, and a newcomer joins for each one that left (so
+ * the count holds). Measured meanwhile: the joins' times, heartbeats, /api/status, the coordinator's CPU.
+ */
+async function churnWindow(ms: number): Promise<{ regMs: number[]; hbRtts: number[]; statusMs: number[]; cpuMs: number; ms: number }> {
+  hbRtts.length = 0;
+  const regMs: number[] = [];
+  const joins: Array<Promise<void>> = [];
+  const cpuFrom = (await coordinatorsState()).cpuMs;
+  const start = performance.now();
+  let owed = 0;
+  const tick = setInterval(() => {
+    owed += (miners.length * 0.25) / (SESSION_MIN * 60);
+    for (; owed >= 1; owed--) {
+      if (miners.length <= pinned.size) break;
+      leaveOne();
+      joins.push(joinOne(regMs).then((m) => void miners.push(m)));
+    }
+  }, 250);
+  const statusMs = await pollStatus(ms);
+  clearInterval(tick);
+  await Promise.all(joins);
+  const took = performance.now() - start;
+  const cpuMs = (await coordinatorsState()).cpuMs - cpuFrom;
+  return { regMs, hbRtts: [...hbRtts], statusMs, cpuMs, ms: took };
+}
+
+/** Departures and joins of each step's burst (cpuMsPerReg). */
+const CHURN_BURST = 200;
+
+/** `n` miners outside the pipelines leave and as many newcomers join, 25 pairs at a time: the coordinator's CPU (ms) per join, less its quiet rate. */
+async function churnBurst(n: number, quietCpuPerMs: number): Promise<number> {
+  const from = (await coordinatorsState()).cpuMs;
+  const start = performance.now();
+  const regMs: number[] = [];
+  for (let done = 0; done < n; done += 25) {
+    await Promise.all(
+      Array.from({ length: Math.min(25, n - done) }, async () => {
+        leaveOne();
+        miners.push(await joinOne(regMs));
+      }),
+    );
+  }
+  const cpu = (await coordinatorsState()).cpuMs - from;
+  return (cpu - quietCpuPerMs * (performance.now() - start)) / n;
+}
+
 const steps: Step[] = [];
 let registrationFailed: { at: number; target: number; error: string; coordinatorMaxStallMs: number; generatorMaxStallMs: number; listenOverflows: number } | undefined;
 let stopPipelines: (() => void) | undefined;
@@ -231,6 +334,8 @@ for (const target of STEPS) {
   const overflowsBefore = listenOverflows();
   for (const k of Object.keys(joinRetryErrors)) delete joinRetryErrors[k];
   let refused: string | undefined;
+  const rampCpuBefore = (await coordinatorsState()).cpuMs;
+  const rampFrom = miners.length;
   while (miners.length < target) {
     try {
       const batch = await Promise.all(Array.from({ length: Math.min(50, target - miners.length) }, () => joinOne(regMs)));
@@ -247,6 +352,8 @@ for (const target of STEPS) {
     console.log(`registration failed at ${miners.length} of ${target} miners: ${refused} (longest event-loop stall: coordinator ${registrationFailed.coordinatorMaxStallMs} ms, generator ${registrationFailed.generatorMaxStallMs} ms; ${registrationFailed.listenOverflows} connections dropped from a full accept queue)`);
     break;
   }
+  const rampCpu = (await coordinatorsState()).cpuMs - rampCpuBefore;
+  const rampMs = performance.now() - t0;
   console.log(`${target} miners registered in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   if (!stopPipelines) stopPipelines = pipelines();
   await sleep(5000); // settle: the joins' deltas and the heartbeats' phases
@@ -254,21 +361,24 @@ for (const target of STEPS) {
   for (const m of miners) received.set(m, 0);
   stageMapBytes = 0;
   const reportedBefore = reported;
-  const statusMs: number[] = [];
+  const cpuQuietFrom = (await coordinatorsState()).cpuMs;
   const windowStart = performance.now();
-  while (performance.now() - windowStart < WINDOW_MS) {
-    const t = performance.now();
-    await fetch(`${urls[statusMs.length % urls.length]}/api/status`).then((r) => r.json());
-    statusMs.push(performance.now() - t);
-    await sleep(500);
-  }
+  const statusMs = await pollStatus(WINDOW_MS);
   const minutes = (performance.now() - windowStart) / 60_000;
   const coordinator = await coordinatorsState();
+  const quietHb = [...hbRtts];
   const bytes = [...received.values()].reduce((a, b) => a + b, 0);
+  const quietStageMapBytes = stageMapBytes;
+  const quietMiners = miners.length;
+  const churn = await churnWindow(WINDOW_MS);
+  const cpuQuiet = coordinator.cpuMs - cpuQuietFrom;
+  const quietCpuPerMs = cpuQuiet / (minutes * 60_000);
+  const rampCpuMsPerReg = (rampCpu - quietCpuPerMs * rampMs) / Math.max(1, miners.length - rampFrom);
+  const burst = await churnBurst(CHURN_BURST, quietCpuPerMs);
   const step: Step = {
     miners: miners.length,
     registrationP99Ms: Math.round(p99(regMs)),
-    hbP99Ms: Math.round(p99(hbRtts)),
+    hbP99Ms: Math.round(p99(quietHb)),
     statusP99Ms: Math.round(p99(statusMs)),
     rssMb: Math.round(coordinator.rssMb),
     ...(coordinators.length > 1 ? { rssMbEach: coordinator.rssMbEach } : {}),
@@ -276,8 +386,8 @@ for (const target of STEPS) {
     generatorMaxStallMs: Math.round(generatorDelay.max / 1e6),
     generatorHeapMb: Math.round(process.memoryUsage().heapUsed / 1e6),
     generatorRssMb: Math.round(process.memoryUsage().rss / 1e6),
-    bytesPerMinerPerMin: Math.round(bytes / miners.length / minutes),
-    stageMapBytesPerMinerPerMin: Math.round(stageMapBytes / miners.length / minutes),
+    bytesPerMinerPerMin: Math.round(bytes / quietMiners / minutes),
+    stageMapBytesPerMinerPerMin: Math.round(quietStageMapBytes / quietMiners / minutes),
     dropped,
     dropReasons: { ...dropReasons },
     joinRetries,
@@ -285,29 +395,47 @@ for (const target of STEPS) {
     listenOverflows: listenOverflows() - overflowsBefore,
     stageMapRefetches: [...new Set(miners.map((m) => m.view))].reduce((n, v) => n + v.refetches, 0),
     microbatchesReported: reported - reportedBefore,
+    churnRegistrations: churn.regMs.length,
+    registrationP99MsChurn: Math.round(p99(churn.regMs)),
+    hbP99MsChurn: Math.round(p99(churn.hbRtts)),
+    statusP99MsChurn: Math.round(p99(churn.statusMs)),
+    cpuMsPerReg: Math.round(burst),
+    rampCpuMsPerReg: Math.round(rampCpuMsPerReg),
+    cpuCoresQuiet: Number((cpuQuiet / (minutes * 60_000)).toFixed(2)),
+    cpuCoresChurn: Number((churn.cpuMs / churn.ms).toFixed(2)),
   };
   steps.push(step);
   console.log(JSON.stringify(step));
-  if (step.hbP99Ms > HB_LIMIT_MS || dropped > 0) break;
+  if (Math.max(step.hbP99Ms, step.hbP99MsChurn) > HB_LIMIT_MS || dropped > 0) break;
 }
 stopPipelines?.();
 beats.forEach((t) => clearInterval(t));
-miners.forEach((m) => m.close());
+miners.forEach((m) => {
+  leaving.add(m); // the bench is done: closed, not dropped
+  m.close();
+});
 for (const { child } of coordinators) {
   child.send({ stop: true });
   await new Promise((r) => child.once('exit', r));
 }
 rmSync(dataDir, { recursive: true, force: true });
 
-const held = steps.filter((s) => s.hbP99Ms <= HB_LIMIT_MS && s.dropped === 0);
+const held = steps.filter((s) => Math.max(s.hbP99Ms, s.hbP99MsChurn) <= HB_LIMIT_MS && s.dropped === 0);
 const best = held.at(-1);
-console.log('miners | registration p99 | heartbeat p99 | /api/status p99 | RSS | bytes per miner per minute (of which stage map) | microbatches reported');
-for (const s of steps) console.log(`${s.miners} | ${s.registrationP99Ms} ms | ${s.hbP99Ms} ms | ${s.statusP99Ms} ms | ${s.rssMb} MB | ${s.bytesPerMinerPerMin} (${s.stageMapBytesPerMinerPerMin}) | ${s.microbatchesReported}`);
+console.log('miners | registration p99 (ramp / churn) | heartbeat p99 (quiet / churn) | /api/status p99 (quiet / churn) | churn joins | CPU ms per registration (churn / ramp) | cores (quiet / churn) | RSS | bytes per miner per minute (of which stage map) | microbatches reported');
+for (const s of steps) console.log(`${s.miners} | ${s.registrationP99Ms} / ${s.registrationP99MsChurn} ms | ${s.hbP99Ms} / ${s.hbP99MsChurn} ms | ${s.statusP99Ms} / ${s.statusP99MsChurn} ms | ${s.churnRegistrations} | ${s.cpuMsPerReg} / ${s.rampCpuMsPerReg} | ${s.cpuCoresQuiet} / ${s.cpuCoresChurn} | ${s.rssMb} MB | ${s.bytesPerMinerPerMin} (${s.stageMapBytesPerMinerPerMin}) | ${s.microbatchesReported}`);
+const at1000 = steps.find((s) => s.miners >= 1000);
 // The orchestrator reads this line.
 console.log(JSON.stringify({
   maxMiners: best?.miners ?? 0,
   hbP99Ms: best?.hbP99Ms ?? null,
   statusP99Ms: best?.statusP99Ms ?? null,
+  churnSessionMin: SESSION_MIN,
+  hbP99MsChurn: best?.hbP99MsChurn ?? null,
+  statusP99MsChurn: best?.statusP99MsChurn ?? null,
+  registrationP99MsChurn: best?.registrationP99MsChurn ?? null,
+  cpuMsPerRegAt1000: at1000?.cpuMsPerReg ?? null,
+  cpuMsPerRegAtMax: best?.cpuMsPerReg ?? null,
   // What 1,000 more miners cost the coordinator's memory: the slope from the first step to the last held one.
   rssMbPer1000: best && best !== steps[0] ? Math.round(((best.rssMb - steps[0]!.rssMb) / (best.miners - steps[0]!.miners)) * 1000) : null,
   rssMbAtStart: steps[0]?.rssMb ?? null,
@@ -318,7 +446,7 @@ console.log(JSON.stringify({
       ? `the last step (${STEPS.at(-1)})`
       : dropped > 0
         ? `a miner was dropped${(steps.at(-1)?.generatorMaxStallMs ?? 0) > 15_000 ? ` (the generator's own event loop stalled ${steps.at(-1)!.generatorMaxStallMs} ms: its simulated miners' heartbeats stopped; the limit there is the generator's)` : ''}`
-        : `heartbeat p99 over ${HB_LIMIT_MS} ms`,
+        : `heartbeat p99 over ${HB_LIMIT_MS} ms${(steps.at(-1)?.hbP99Ms ?? 0) <= HB_LIMIT_MS ? ' under churn' : ''}`,
   ramp: steps,
 }));
 process.exit(0);
@@ -374,6 +502,12 @@ async function orchestrate(): Promise<void> {
     maxMinersOneProcess: lite?.maxMiners ?? null,
     hbP99Ms: lite?.hbP99Ms ?? null,
     statusP99Ms: lite?.statusP99Ms ?? null,
+    churnSessionMin: SESSION_MIN,
+    hbP99MsChurn: lite?.hbP99MsChurn ?? null,
+    statusP99MsChurn: lite?.statusP99MsChurn ?? null,
+    registrationP99MsChurn: lite?.registrationP99MsChurn ?? null,
+    cpuMsPerRegAt1000: lite?.cpuMsPerRegAt1000 ?? null,
+    cpuMsPerRegAtMax: lite?.cpuMsPerRegAtMax ?? null,
     rssMbPer1000: lite?.rssMbPer1000 ?? null,
     rssMbAtStart: lite?.rssMbAtStart ?? null,
     bytesPerMinerPerMin: lite?.bytesPerMinerPerMin ?? null,
