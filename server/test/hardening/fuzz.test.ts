@@ -109,7 +109,9 @@ describe('fuzzing every entry point', () => {
   afterEach(() => h.close());
 
   it('no 5xx, no INTERNAL, the process stays up, memory returns, and a legit miner can still register', async () => {
-    const { app, url } = await h.start('hardening-fuzz', undefined, { http: { requestsPerIpPerMinute: 1_000_000 } });
+    // Every fuzzer comes from loopback: the per-IP request budget and the registrations per address are raised so that
+    // its messages reach the handlers behind them (hardening/rate-limits.test checks those budgets).
+    const { app, url } = await h.start('hardening-fuzz', undefined, { http: { requestsPerIpPerMinute: 1_000_000 }, socketRates: { 'register-per-address': { max: 1_000_000, perMs: 60_000 } } });
     // Two honest miners the fuzzed messages can name, so handlers get past "no such miner".
     const honestSockets = await Promise.all([0, 1].map(() => h.open(url)));
     const honest = await Promise.all(honestSockets.map((s) => register(s, generateIdentity(), { backend: 'wasm', tokensPerSec: 1 })));
