@@ -1,4 +1,4 @@
-import { PROTOCOL_VERSION, applyStageDelta, isStageDelta, isStageView, neighbourhood, stageChange, type StageDelta, type StageSnapshot, type StageView } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, applyStageDelta, isStageDelta, isStageView, neighbourhood, sortedPlace, stageChange, type StageDelta, type StageSnapshot, type StageView } from '@train-at-home/protocol';
 
 /** Where the feed sends a delta: the rooms of the stages that talk to it (their miners get it once each). */
 export type StageDeltaSink = (rooms: string[], delta: StageDelta) => void;
@@ -18,17 +18,6 @@ export interface StageSource {
   takeChanges(): Promise<StageChange[]>;
 }
 
-/** Where `id` is, or would go, in a sorted list. */
-function place(sorted: readonly string[], id: string): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (sorted[mid]! < id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /**
  * The shortest time between two publishes: each sends a delta to every miner
@@ -180,7 +169,7 @@ export class StageMapFeed {
     for (const { stage, minerId, joined } of changes) {
       if (!Number.isInteger(stage) || stage < 0 || stage >= this.stages) continue;
       const list = (next[stage] ??= [...this.published[stage]!.miners]);
-      const at = place(list, minerId);
+      const at = sortedPlace(list, minerId);
       const there = list[at] === minerId;
       if (joined && !there) list.splice(at, 0, minerId);
       else if (!joined && there) list.splice(at, 1);

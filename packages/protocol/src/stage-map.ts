@@ -42,6 +42,18 @@ export function stageChange(before: readonly string[], after: readonly string[])
   return { joined: after.filter((id) => !was.has(id)), left: before.filter((id) => !is.has(id)) };
 }
 
+/** Where `id` is, or would go, in a sorted list of ids (binary search). */
+export function sortedPlace(sorted: readonly string[], id: string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]! < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /**
  * A delta applied to the view it follows: the new view; `stale` when the view
  * already has it (or a later one); `gap` when a change between them was missed
@@ -54,14 +66,8 @@ export function applyStageDelta(view: StageView, delta: StageDelta): StageView |
   const miners = left.size > 0 ? view.miners.filter((id) => !left.has(id)) : view.miners.slice();
   // Each newcomer goes in at its place: a join costs a miner O(N), not a sort.
   for (const id of delta.joined) {
-    let lo = 0;
-    let hi = miners.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (miners[mid]! < id) lo = mid + 1;
-      else hi = mid;
-    }
-    if (miners[lo] !== id) miners.splice(lo, 0, id);
+    const at = sortedPlace(miners, id);
+    if (miners[at] !== id) miners.splice(at, 0, id);
   }
   return { stage: view.stage, seq: delta.seq, miners };
 }

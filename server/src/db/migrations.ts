@@ -512,7 +512,7 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
   },
   {
     version: 24,
-    name: 'each stage load kept as miners change',
+    name: 'each stage load, and who joined or left it, kept as miners change',
     sql: `
       -- Each stage's active miners and their summed throughput, kept by the triggers below whatever changes a miner's
       -- row (a registration, a departure, a drop, a flag, a move): a registration, a departure's check that every
@@ -524,46 +524,9 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
         tokens_per_sec double precision NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, stage)
       );
-      -- Once per statement, from the rows it changed: a heartbeat batch (every active miner's last_seen_at) changes no
-      -- load and writes nothing; the stages' rows are written in order, so two statements never wait on each other crosswise.
-      CREATE FUNCTION stage_loads_follow() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        IF TG_OP = 'INSERT' THEN
-          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
-            SELECT run_id, stage, count(*)::int, sum(tokens_per_sec::float8) FROM new_rows WHERE status = 'active' GROUP BY run_id, stage ORDER BY run_id, stage
-            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
-        ELSIF TG_OP = 'UPDATE' THEN
-          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
-            SELECT run_id, stage, sum(n)::int, sum(t) FROM (
-              SELECT run_id, stage, -1 AS n, -tokens_per_sec::float8 AS t FROM old_rows WHERE status = 'active'
-              UNION ALL SELECT run_id, stage, 1, tokens_per_sec::float8 FROM new_rows WHERE status = 'active'
-            ) d GROUP BY run_id, stage HAVING sum(n) <> 0 OR sum(t) <> 0 ORDER BY run_id, stage
-            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
-        ELSE
-          INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
-            SELECT run_id, stage, -count(*)::int, -sum(tokens_per_sec::float8) FROM old_rows WHERE status = 'active' GROUP BY run_id, stage ORDER BY run_id, stage
-            ON CONFLICT (run_id, stage) DO UPDATE SET miners = l.miners + EXCLUDED.miners, tokens_per_sec = l.tokens_per_sec + EXCLUDED.tokens_per_sec;
-        END IF;
-        RETURN NULL;
-      END $$;
-      CREATE TRIGGER stage_loads_on_insert AFTER INSERT ON miners REFERENCING NEW TABLE AS new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
-      CREATE TRIGGER stage_loads_on_update AFTER UPDATE ON miners REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
-      CREATE TRIGGER stage_loads_on_delete AFTER DELETE ON miners REFERENCING OLD TABLE AS old_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
-      INSERT INTO stage_loads (run_id, stage, miners, tokens_per_sec)
-        SELECT run_id, stage, count(*)::int, coalesce(sum(tokens_per_sec::float8), 0) FROM miners WHERE status = 'active' GROUP BY run_id, stage;
-    `,
-  },
-  {
-    version: 25,
-    name: 'who joined and left each stage, logged as miners change',
-    sql: `
       -- Every change of who holds a stage (a miner becoming active on it, or ceasing to: a departure, a drop, a flag, a
-      -- move), logged by the same statement triggers as stage_loads, in the order the changes were made to each miner.
-      -- The stage map's publisher (stage-map.ts) takes what was logged since it last looked, instead of reading every
-      -- active miner at each publish (issue 41).
+      -- move), logged by the same triggers, in the order the changes were made to each miner. The stage map's publisher
+      -- (stage-map.ts) takes what was logged since it last looked, instead of reading every active miner at each publish.
       CREATE TABLE stage_changes (
         id bigserial PRIMARY KEY,
         run_id integer NOT NULL,
@@ -572,7 +535,9 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
         joined boolean NOT NULL
       );
       CREATE INDEX stage_changes_by_run ON stage_changes (run_id, id);
-      CREATE OR REPLACE FUNCTION stage_loads_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+      -- Both kept once per statement, from the rows it changed: a heartbeat batch (every active miner's last_seen_at) changes no
+      -- load or holder and writes nothing; the stages' rows are written in order, so two statements never wait on each other crosswise.
+      CREATE FUNCTION stage_loads_follow() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF TG_OP = 'INSERT' THEN
           INSERT INTO stage_loads AS l (run_id, stage, miners, tokens_per_sec)
@@ -603,6 +568,14 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
         END IF;
         RETURN NULL;
       END $$;
+      CREATE TRIGGER stage_loads_on_insert AFTER INSERT ON miners REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
+      CREATE TRIGGER stage_loads_on_update AFTER UPDATE ON miners REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
+      CREATE TRIGGER stage_loads_on_delete AFTER DELETE ON miners REFERENCING OLD TABLE AS old_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION stage_loads_follow();
+      INSERT INTO stage_loads (run_id, stage, miners, tokens_per_sec)
+        SELECT run_id, stage, count(*)::int, coalesce(sum(tokens_per_sec::float8), 0) FROM miners WHERE status = 'active' GROUP BY run_id, stage;
     `,
   },
 ];
