@@ -32,6 +32,7 @@ import { LIVENESS_FLUSH_MS, MIN_SILENT_MS, SILENT_HEARTBEATS } from './liveness'
 import { Validator } from './jobs';
 import { RunStore, type JobLease } from './run-state';
 import { ScaleOut } from './scale-out';
+import { AdmissionQueue, type AdmissionOptions } from './admission';
 
 export interface AppOptions {
   run?: RunOverrides;
@@ -56,6 +57,8 @@ export interface AppOptions {
   tls?: { cert: string | Buffer; key: string | Buffer };
   /** Budgets of socket events per connection and per miner (socket/rate-limits.ts). */
   socketRates?: Partial<SocketRates>;
+  /** Registrations taken at once, and how waiting ones are told their place (admission.ts). */
+  admission?: Partial<AdmissionOptions>;
   /**
    * How often, at most, the validator measures the merged model's held-out loss and writes a sample of its text
    * (jobs/index.ts, EVALUATE_EVERY_MS by default): each is a forward pass over the held-out batches through
@@ -255,6 +258,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
   const trusted = limits.trustedProxies.length > 0 ? proxyaddr.compile(limits.trustedProxies) : () => false;
   attachRegistration(io, coordinator, new SocketRateLimits(options.socketRates, store.socketRateLimits(run.name)), (socket) => proxyaddr(socket.request, trusted));
   if (options.heartbeatMs !== undefined) coordinator.heartbeatMs = options.heartbeatMs;
+  if (options.admission) coordinator.admission = new AdmissionQueue(options.admission);
   const silentMs = options.silentMs ?? Math.max(MIN_SILENT_MS, SILENT_HEARTBEATS * coordinator.heartbeatMs);
   const sweepMs = Math.min(1000, silentMs / 2);
   // One process runs the singleton jobs (validator, settlement, local miners, the stage map's publisher): with one process, this one.
@@ -315,6 +319,7 @@ export async function buildApp(options: AppOptions = {}): Promise<App> {
       await lease.close();
       await localMiners.close(closeOptions.keepLocalMiners);
       feed.close();
+      coordinator.admission.close();
       coordinator.scaleOut?.close();
       io.close();
       await validator.close();

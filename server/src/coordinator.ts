@@ -3,6 +3,7 @@ import type { Server, Socket } from 'socket.io';
 import type { Database } from './db/database';
 import { PRESETS } from '@train-at-home/model';
 import { ActivationRegistry } from './activations';
+import { AdmissionQueue } from './admission';
 import { LiveState, mergeLive, type LiveSummary } from './dashboard/live';
 import { PhaseMachine } from './phases';
 import { DEFAULT_INCENTIVES, DEFAULT_MERGE, type RunConfig } from './run-config';
@@ -46,6 +47,8 @@ export class Coordinator implements RunContext, MinerChannel {
   heartbeatMs = DEFAULT_HEARTBEAT_MS;
   /** When each miner was last heard from (memory; written to the database in batches). */
   readonly liveness: Liveness;
+  /** Registrations a few at a time; the rest wait in order and are told their place (admission.ts). */
+  admission = new AdmissionQueue();
   /** Scale-out mode (scale-out.ts): the other coordinator processes of this run, through Redis; absent with one process. */
   scaleOut?: ScaleOut;
 

@@ -20,6 +20,11 @@ const miners = (n: number): string => (n === 1 ? '1 miner' : `${n} miners`);
 function phaseText(s: TabState['status']): string {
   // Training with nothing trained yet: the first microbatch is under way, and the page says so.
   if (s?.phase === 'training' && s.microbatches === 0) return 'Starting: the first microbatch is under way';
+  // Joins are coming faster than the coordinator takes them: this tab waits its turn, and is told where it stands.
+  if (s?.phase === 'registering' && s.queued) {
+    const { position, estimateMs } = s.queued;
+    return `Waiting to join: ${position === 1 ? 'next in line' : `${position - 1} ahead of this tab`}, about ${Math.max(1, Math.ceil(estimateMs / 1000))} s`;
+  }
   if (s?.phase === 'merging') {
     const others = s.peers.replicas.length;
     return others === 0 ? 'Saving this stage\'s weights (no other miner on the stage to merge with)' : `Averaging weights with the ${others === 1 ? 'other miner' : `${others} other miners`} on this stage`;
@@ -142,7 +147,7 @@ function Status({ tab, run }: { tab: TabState; run: ReturnType<typeof useRun> })
   return (
     <section className="card">
       <h2>
-        This tab: <span data-testid="phase" data-phase={phase}>{phase === 'probing' ? 'Measuring this device' : s ? phaseText(s) : PHASE_TEXT[phase]}</span>
+        This tab: <span data-testid="phase" data-phase={phase} data-queued={s?.queued?.position}>{phase === 'probing' ? 'Measuring this device' : s ? phaseText(s) : PHASE_TEXT[phase]}</span>
         {lost && (
           <span data-testid="phase-outage">
             {' '}

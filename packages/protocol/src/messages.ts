@@ -299,6 +299,16 @@ export function parseClientMessage<E extends ClientEvent>(event: string, data: u
 }
 
 /**
+ * Coordinator → a miner whose registration waits for its turn (server/src/admission.ts): where it stands in the
+ * queue (1: next) and about how long until its turn. Sent at once and again every second while it waits; the
+ * client keeps waiting for its registration's answer as long as these come.
+ */
+export interface AdmissionQueued {
+  position: number;
+  estimateMs: number;
+}
+
+/**
  * Coordinator → a miner whose round was chosen for an audit (after the round
  * closed): upload the round's record to `PUT /api/audits/:auditId` before
  * `deadlineMs` passes (its allowance, at this miner's measured upload rate).

@@ -1,4 +1,4 @@
-import { PROTOCOL_VERSION, type IceConfig, type Identity } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, type AdmissionQueued, type IceConfig, type Identity } from '@train-at-home/protocol';
 import type { BackendName, Precision } from '@train-at-home/model';
 import type { Socket } from 'socket.io-client';
 
@@ -71,11 +71,45 @@ export async function request<T>(socket: Socket, event: string, payload: unknown
 /**
  * The registration handshake: hello with the public key, receive a one-use
  * challenge, answer with a signature over it and this miner's capabilities.
+ * When joins come faster than the coordinator takes them, the registration
+ * waits its turn: `onQueued` hears its place as the coordinator tells it, and
+ * the answer is waited for as long as those come (a join that waits is not a
+ * failure; only `idleMs` with no word at all is).
  */
-export async function register(socket: Socket, identity: Identity, info: { backend: BackendName; tokensPerSec: number; instance?: string }): Promise<Registration> {
+export async function register(
+  socket: Socket,
+  identity: Identity,
+  info: { backend: BackendName; tokensPerSec: number; instance?: string },
+  onQueued?: (update: AdmissionQueued) => void,
+  idleMs = 10_000,
+): Promise<Registration> {
   const { challenge } = await request<{ challenge: string }>(socket, 'hello', { v: PROTOCOL_VERSION, publicKey: identity.publicKey });
   const signed = { publicKey: identity.publicKey, challenge, backend: info.backend, tokensPerSec: info.tokensPerSec, ...(info.instance ? { instance: info.instance } : {}) };
-  return request<Registration>(socket, 'register', { v: PROTOCOL_VERSION, ...signed, signature: identity.sign('register', signed) });
+  const payload = { v: PROTOCOL_VERSION, ...signed, signature: identity.sign('register', signed) };
+  const reply = await new Promise<Reply>((resolve, reject) => {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const end = (): void => {
+      clearTimeout(timer);
+      socket.off('queued', queued);
+      socket.off('disconnect', closed);
+    };
+    const arm = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(() => (end(), reject(new Error(`no answer to register, and no word of a queue, within ${idleMs} ms`))), idleMs);
+    };
+    const queued = (update: AdmissionQueued): void => {
+      arm();
+      onQueued?.(update);
+    };
+    // A connection that closes has no answer coming: the caller registers again on the next one (its place kept).
+    const closed = (): void => (end(), reject(new Error('the connection closed before the registration was answered')));
+    socket.on('queued', queued);
+    socket.on('disconnect', closed);
+    arm();
+    socket.emit('register', payload, (r: Reply) => (end(), resolve(r)));
+  });
+  if (!reply.ok) throw new CoordinatorError(reply.error.code, reply.error.message, typeof reply.error.retryAfterMs === 'number' ? reply.error.retryAfterMs : undefined);
+  return reply as unknown as Registration;
 }
 
 /**

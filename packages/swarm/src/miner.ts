@@ -1,7 +1,7 @@
 // One file over 400 lines, not yet split by role: the Miner's registration, training loop, merges, audits and probes
 // share one connection's state. Splitting it (connection, training, merge, audit answers) is issue 40's work.
 import { PRESETS, runDataset, assignedWindows, countStageParameters, mulberry32, type TokenBatch, Stage, boundaryCodec, contentHash, exportStageWeights, importStageWeights, stageSpecs, stageTflops, type BackendName, type PresetName } from '@train-at-home/model';
-import { PROTOCOL_VERSION, verifySignature, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary, type Traffic } from '@train-at-home/protocol';
+import { PROTOCOL_VERSION, verifySignature, type AdmissionQueued, type AuditRequest, type CheckpointRequest, type Identity, type MergeGo, type MergeStart, type PathSummary, type Traffic } from '@train-at-home/protocol';
 import { ButterflyNode } from './allreduce/butterfly';
 import { MAX_RECORD_BYTES, RoundRecorder, encodeRecord, recordFloorBytes } from './audit/record';
 import { EXACT_REPLAY_BACKEND } from './audit/replay';
@@ -118,6 +118,8 @@ export interface MinerStatus {
   merges: number;
   /** A long step under way (weights or data download), as a fraction. */
   progress?: { label: string; done: number; total: number };
+  /** While its registration waits its turn (joins coming faster than the coordinator takes them): its place and an estimate. */
+  queued?: AdmissionQueued;
   /** Hash of the checkpoint this miner's stage started from (absent: from the run's initial weights). */
   resumedFrom?: string;
   /** The validator flagged this miner: it is out of the pipeline and earns nothing (the reason, as recorded). */
@@ -219,6 +221,9 @@ export class Miner {
 
   private phase: MinerPhase = 'registering';
   private progress?: MinerStatus['progress'];
+  /** Its registration's place in the coordinator's queue, while it waits (cleared when its turn came). */
+  private queued?: AdmissionQueued;
+  private queuedLoggedAt = 0;
   /** What it sent and received, by kind; and what its boundary tensors would have been as full-width fp32. */
   private readonly meter = new TrafficMeter();
   private uncompressedBytes = 0;
@@ -310,6 +315,7 @@ export class Miner {
       ...(this.lastLoss !== undefined ? { lastLoss: this.lastLoss } : {}),
       merges: this.merges.length,
       ...(this.progress ? { progress: this.progress } : {}),
+      ...(this.queued ? { queued: this.queued } : {}),
       ...(this.resumedFrom ? { resumedFrom: this.resumedFrom } : {}),
       ...(this.flagged ? { flagged: this.flagged } : {}),
     };
@@ -410,7 +416,7 @@ export class Miner {
     socket.on('connect_error', (e: Error) => {
       if (this.unreachable) this.unreachable.error = e.message;
     });
-    const registration = (await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec, instance: this.instance })) as Registration & { layout: RunLayout };
+    const registration = (await this.register(socket)) as Registration & { layout: RunLayout };
     this.registration = registration;
     this.stageRound = registration.rounds?.[registration.stage] ?? 0;
     const { minerId, stage, layout } = registration;
@@ -900,6 +906,22 @@ export class Miner {
     this.iceTimer = setTimeout(() => void this.refreshIce(), Math.max(10_000, (expiresAt - Date.now()) * 0.8));
   }
 
+  /** Registers (again), keeping its place in the coordinator's queue in the status (and now and then in the log) while it waits. */
+  private async register(socket: Socket): Promise<Registration> {
+    try {
+      return await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec, instance: this.instance }, (update) => {
+        const first = !this.queued;
+        this.queued = update;
+        if (first || Date.now() - this.queuedLoggedAt > 10_000) {
+          this.queuedLoggedAt = Date.now();
+          this.o.log?.(`queued to join: position ${update.position}, about ${Math.ceil(update.estimateMs / 1000)} s`);
+        }
+      });
+    } finally {
+      this.queued = undefined;
+    }
+  }
+
   /**
    * After the coordinator comes back (or the connection does): registers again
    * and sends the loss reports it could not deliver; takes up another stage if
@@ -907,7 +929,7 @@ export class Miner {
    */
   private async rejoin(socket: Socket): Promise<void> {
     try {
-      const again = await register(socket, this.o.identity, { backend: this.o.backend, tokensPerSec: this.o.tokensPerSec, instance: this.instance });
+      const again = await this.register(socket);
       this.rejoined++;
       // A restarted coordinator may name other ICE servers, or mint with another secret.
       if (again.ice) {

@@ -14,6 +14,7 @@ import { stageRoom, type StageMapFeed } from '../stage-map';
 import { recordRestart } from '../jobs/audits';
 import type { Flags } from '../state/flags';
 import type { Ack } from './ack';
+import { AdmissionSuperseded, type AdmissionQueue } from '../admission';
 
 /** How long a registration challenge stays valid; a miner that answers later asks again. */
 export const CHALLENGE_TTL_MS = 60_000;
@@ -37,6 +38,7 @@ export interface HandlerHost extends RunContext, MinerChannel {
   readonly live: Pick<LiveState, 'report' | 'transfer'>;
   readonly liveness: Pick<Liveness, 'seen'>;
   readonly stageFeed: Pick<StageMapFeed, 'snapshot'>;
+  readonly admission: Pick<AdmissionQueue, 'enter'>;
   sendToMiner(id: string, event: string, payload: unknown): void;
   isMinerOfRun(id: string): Promise<boolean>;
   noteMiner(id: string): void;
@@ -107,6 +109,28 @@ export async function register({ host, socket, state, held }: EventContext, msg:
     throw new ProtocolError('UNSUITABLE_BACKEND', `this run trains the ${preset} preset, which does not run on ${msg.backend}: join it from a device with WebGPU`);
   }
   const minerId = msg.publicKey.slice(2).toLowerCase();
+  // Its turn: registrations are taken a few at a time; while this one waits it is told its place (admission.ts).
+  const done = await host.admission
+    .enter(minerId, { tell: (update) => socket.emit('queued', update), get connected() { return socket.connected; } })
+    .catch((e: unknown) => {
+      throw e instanceof AdmissionSuperseded ? new ProtocolError('OUT_OF_PHASE', e.message) : e;
+    });
+  let joined = false;
+  try {
+    joined = await admitted({ host, socket, state, held }, msg, minerId, ack);
+  } finally {
+    done();
+  }
+  // Its join goes out to the others with the next publish of the stage map (batched: at most every few hundred ms
+  // at scale), which the next registration does not wait for.
+  if (joined) await host.publishStageMap();
+}
+
+/**
+ * A registration whose turn came: the stage assigned and stored, the miner answered and sent the stages it talks to.
+ * False if its connection closed meanwhile.
+ */
+async function admitted({ host, socket, state, held }: Omit<EventContext, 'arrived'>, msg: ClientMessage<'register'>, minerId: string, ack: Ack): Promise<boolean> {
   const { stage, restarted } = await host.db.transaction(async (tx) => {
     // One assignment at a time per run: concurrent registrations on a PostgreSQL server each read the
     // same counts and crowded one stage (PGlite runs one transaction at a time anyway).
@@ -137,7 +161,7 @@ export async function register({ host, socket, state, held }: EventContext, msg:
     // It closed while the registration was being stored: its departure found no miner then, so record it now
     // (unless a newer connection of the same miner already owns it).
     if (!host.sockets.has(minerId)) await host.minerLeft(minerId, socket.id);
-    return;
+    return false;
   }
   state.minerId = minerId;
   held.stage = stage;
@@ -155,7 +179,7 @@ export async function register({ host, socket, state, held }: EventContext, msg:
     ...(restarted ? { restarted } : {}),
   });
   socket.emit('stages', host.stageFeed.snapshot(stage));
-  await host.publishStageMap();
+  return true;
 }
 
 /** Fresh TURN credentials: a miner asks before its own expire, and when a connection through TURN failed. */
