@@ -6,7 +6,8 @@
  * address raised (every simulated miner comes from 127.0.0.1) and the validator's
  * spot checks and audits off (simulated miners carry no model to replay: the
  * validator's cost is bench:audit's). Over IPC: { url } once listening, then
- * { rssMb, maxStallMs, cpuMs } whenever asked (the event loop's longest delay since the last ask; the process's CPU time so far).
+ * { rssMb, maxStallMs, cpuMs, queuedMax } whenever asked (the event loop's longest delay since the last ask; the process's CPU time so far;
+ * the most registrations that waited their turn at once since the last ask).
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { buildApp } from '../server/src/app';
@@ -27,7 +28,7 @@ delay.enable();
 process.on('message', (m: { rss?: boolean; stop?: boolean }) => {
   if (m.rss) {
     const cpu = process.cpuUsage();
-    process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20, maxStallMs: delay.max / 1e6, cpuMs: (cpu.user + cpu.system) / 1000 });
+    process.send!({ rssMb: process.memoryUsage().rss / 2 ** 20, maxStallMs: delay.max / 1e6, cpuMs: (cpu.user + cpu.system) / 1000, queuedMax: app.coordinator.admission.takeLongest() });
     delay.reset();
   }
   if (m.stop) void app.close().then(() => process.exit(0));

@@ -76,12 +76,12 @@ function startCoordinator(dataDir: string): Promise<{ child: ChildProcess; url: 
   });
 }
 /** The coordinator's RSS, the longest its event loop was held since the last ask, and its CPU time so far. */
-const coordinatorState = (child: ChildProcess): Promise<{ rssMb: number; maxStallMs: number; cpuMs: number }> =>
+const coordinatorState = (child: ChildProcess): Promise<{ rssMb: number; maxStallMs: number; cpuMs: number; queuedMax: number }> =>
   new Promise((resolve) => {
-    const on = (m: { rssMb?: number; maxStallMs?: number; cpuMs?: number }): void => {
+    const on = (m: { rssMb?: number; maxStallMs?: number; cpuMs?: number; queuedMax?: number }): void => {
       if (m.rssMb === undefined) return;
       child.off('message', on);
-      resolve({ rssMb: m.rssMb, maxStallMs: m.maxStallMs ?? NaN, cpuMs: m.cpuMs ?? NaN });
+      resolve({ rssMb: m.rssMb, maxStallMs: m.maxStallMs ?? NaN, cpuMs: m.cpuMs ?? NaN, queuedMax: m.queuedMax ?? 0 });
     };
     child.on('message', on);
     child.send({ rss: true });
@@ -126,6 +126,8 @@ interface Step {
   stageMapRefetches: number;
   dropReasons: Record<string, number>;
   microbatchesReported: number;
+  /** The most registrations that waited their turn at once (admission.ts) during the step: its ramp, churn and burst. */
+  admissionQueueMax: number;
   /** The churn half of the window (sessions of SESSION_MIN minutes on average): joins, their p99, and what every client saw meanwhile. */
   churnRegistrations: number;
   registrationP99MsChurn: number;
@@ -159,8 +161,11 @@ const urls = coordinators.map((c) => c.url);
 const sharedViews = new SharedStageViews(urls[0]!);
 let nextUrl = 0;
 /** Every coordinator process's state: RSS summed, the longest stall of any. */
+/** The most registrations that waited their turn at once in any process (admission.ts), since the step began. */
+let stepQueueMax = 0;
 const coordinatorsState = async (): Promise<{ rssMb: number; maxStallMs: number; cpuMs: number; rssMbEach: number[] }> => {
   const each = await Promise.all(coordinators.map((c) => coordinatorState(c.child)));
+  stepQueueMax = Math.max(stepQueueMax, ...each.map((e) => e.queuedMax));
   return { rssMb: each.reduce((a, e) => a + e.rssMb, 0), maxStallMs: Math.max(...each.map((e) => e.maxStallMs)), cpuMs: each.reduce((a, e) => a + e.cpuMs, 0), rssMbEach: each.map((e) => Math.round(e.rssMb)) };
 };
 const miners: SimMiner[] = [];
@@ -335,6 +340,7 @@ for (const target of STEPS) {
   for (const k of Object.keys(joinRetryErrors)) delete joinRetryErrors[k];
   let refused: string | undefined;
   const rampCpuBefore = (await coordinatorsState()).cpuMs;
+  stepQueueMax = 0;
   const rampFrom = miners.length;
   while (miners.length < target) {
     try {
@@ -395,6 +401,7 @@ for (const target of STEPS) {
     listenOverflows: listenOverflows() - overflowsBefore,
     stageMapRefetches: [...new Set(miners.map((m) => m.view))].reduce((n, v) => n + v.refetches, 0),
     microbatchesReported: reported - reportedBefore,
+    admissionQueueMax: stepQueueMax,
     churnRegistrations: churn.regMs.length,
     registrationP99MsChurn: Math.round(p99(churn.regMs)),
     hbP99MsChurn: Math.round(p99(churn.hbRtts)),

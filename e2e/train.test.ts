@@ -71,6 +71,11 @@ describe('Train at Home in Chromium tabs', () => {
       expect(latest[i]!.backend).toBe('wasm'); // no GPU here: the probe picks WASM over software WebGL
     }
     expect(latest.map((v) => v.stage).sort()).toEqual(['1 of 2', '1 of 2', '2 of 2', '2 of 2']);
+    // Each page shows the merged model's latest held-out loss as the run's status gives it (polled every 5 s; the
+    // validator measures a new one as each round closes).
+    const shown = async (tab: Page): Promise<boolean> =>
+      (await tab.getByTestId('heldout').textContent()) === Number((await app.fastify.inject({ method: 'GET', url: '/api/status' })).json().heldOutLoss).toFixed(3);
+    for (const tab of tabs) await expect.poll(() => shown(tab), { timeout: 60_000, interval: 500 }).toBe(true);
     // Replicas merged, and every activation went tab to tab: nothing through the coordinator.
     // After every merge both replicas of the stage reported the same weights: each round has one
     // merged hash, no replica differed (no hash-mismatch events), and that hash is the stage's checkpoint.

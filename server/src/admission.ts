@@ -47,9 +47,10 @@ export class AdmissionQueue {
   /** Mean time one admitted registration took (ms, exponentially weighted): the estimate's unit. */
   private serviceMs = 50;
   private timer?: ReturnType<typeof setInterval>;
-  /** Admitted so far, and the most that waited at once (for operators and benchmarks). */
+  /** Admitted so far (for operators and benchmarks). */
   admitted = 0;
-  longest = 0;
+  /** The most that waited at once since the last takeLongest(). */
+  private longest = 0;
 
   constructor(options: Partial<AdmissionOptions> = {}) {
     this.options = { ...DEFAULT_ADMISSION, ...options };
@@ -59,6 +60,13 @@ export class AdmissionQueue {
   /** How many wait now. */
   get queued(): number {
     return this.waiting.length;
+  }
+
+  /** The most that waited at once since the last call (bench:load's figure per step). */
+  takeLongest(): number {
+    const longest = this.longest;
+    this.longest = this.waiting.length;
+    return longest;
   }
 
   /** How many registrations are under way now. */

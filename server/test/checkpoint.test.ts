@@ -106,6 +106,8 @@ describe('checkpoints, late joiners and the held-out validator', () => {
     expect(result).toBeDefined();
     const metrics = (await app.fastify.inject({ method: 'GET', url: '/api/metrics' })).json();
     expect(metrics.latest.heldOutLoss.value).toBeCloseTo(result!.heldOutLoss, 5);
+    // …and what every Train page reads of it, from the run's status.
+    expect((await app.fastify.inject({ method: 'GET', url: '/api/status' })).json().heldOutLoss).toBe(metrics.latest.heldOutLoss.value);
 
     const latest = async (): Promise<string> => {
       const res = await app.fastify.inject({ method: 'GET', url: '/api/checkpoints/0/latest' });

@@ -51,9 +51,9 @@ function useRun(): { name?: string; preset?: string; stages?: number; miners?: n
     let stop = false;
     const poll = async (): Promise<void> => {
       try {
-        const [status, metrics] = await Promise.all([fetch('/api/status').then((r) => r.json()), fetch('/api/metrics').then((r) => r.json())]);
-        const held = (metrics.latest?.heldOutLoss ?? null) as { value: number } | null;
-        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, emptyStages: status.emptyStages, heldOut: held?.value, localMiners: status.localMiners?.max });
+        const status = await fetch('/api/status').then((r) => r.json());
+        const heldOut = typeof status.heldOutLoss === 'number' ? status.heldOutLoss : undefined;
+        if (!stop) setRun({ name: status.run?.name, preset: status.run?.preset, stages: status.run?.stages, miners: status.activeMiners, emptyStages: status.emptyStages, heldOut, localMiners: status.localMiners?.max });
       } catch {
         // the coordinator is away; the tab keeps training and the worker reconnects
       }

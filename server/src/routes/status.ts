@@ -50,10 +50,14 @@ export const statusRoutes: FastifyPluginAsync<{ coordinator: Coordinator; localM
     // Whether this coordinator starts miners of its own for stages nobody holds (a tab that waits says so).
     // Stages nobody holds (a waiting tab says how many more participants the run needs), as miners were last told.
     const emptyStages = coordinator.stageFeed.view([...Array(coordinator.run.stages).keys()]).filter((v) => v.miners.length === 0).map((v) => v.stage);
+    // The merged model's latest held-out loss, what every Train page shows: one row by index, where the page's poll of
+    // /api/metrics counted every point of both series (a scan that grows with the run's age, from every tab every 5 s).
+    const [held] = await db.query<{ value: number }>(`SELECT value FROM metrics WHERE run_id = $1 AND name = 'heldout_loss' ORDER BY id DESC LIMIT 1`, [runId]);
     return {
       run: coordinator.run,
       activeMiners: count,
       emptyStages,
+      heldOutLoss: held?.value ?? null,
       database: db.kind,
       localMiners: { max: localMiners?.options.max ?? 0, running: localMiners?.running ?? 0 },
       // Scale-out mode: whether this process runs the run's singleton jobs (one process does); null with one process.
