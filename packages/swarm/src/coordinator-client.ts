@@ -63,7 +63,11 @@ type Reply = { ok: true; [k: string]: unknown } | { ok: false; error: { code: st
 
 /** Emits an event and waits for the coordinator's acknowledgement; a rejection throws its named code. */
 export async function request<T>(socket: Socket, event: string, payload: unknown, timeoutMs = 10_000): Promise<T> {
-  const reply = (await socket.timeout(timeoutMs).emitWithAck(event, payload)) as Reply;
+  return answered<T>((await socket.timeout(timeoutMs).emitWithAck(event, payload)) as Reply);
+}
+
+/** A reply's answer, or its rejection thrown by its named code. */
+function answered<T>(reply: Reply): T {
   if (!reply.ok) throw new CoordinatorError(reply.error.code, reply.error.message, typeof reply.error.retryAfterMs === 'number' ? reply.error.retryAfterMs : undefined);
   return reply as unknown as T;
 }
@@ -108,8 +112,7 @@ export async function register(
     arm();
     socket.emit('register', payload, (r: Reply) => (end(), resolve(r)));
   });
-  if (!reply.ok) throw new CoordinatorError(reply.error.code, reply.error.message, typeof reply.error.retryAfterMs === 'number' ? reply.error.retryAfterMs : undefined);
-  return reply as unknown as Registration;
+  return answered<Registration>(reply);
 }
 
 /**
