@@ -98,12 +98,12 @@ cat "$logs/postgres.log"
 record_quiet postgres browsers
 
 # What did not pass in each failed phase: the outcomes reporter's "not passed:" lines, then vitest's "FAIL file > test"
-# lines and the errors' first lines.
+# lines, the errors' first lines and any miner swarm process that died before it was stopped (and of what).
 for name in "${failedPhases[@]}"; do
   echo
   echo "did not pass in phase $name:"
   plain=$(sed -e 's/\x1b\[[0-9;]*m//g' "$logs/$name.log")
-  { grep -E '^not passed: ' <<<"$plain"; grep -E '^ *(FAIL |(Assertion)?Error: )' <<<"$plain" | awk '!seen[$0]++' | head -30; } || true
+  { grep -E '^not passed: ' <<<"$plain"; grep -E '^ *(FAIL |(Assertion)?Error: |miner swarm: process )' <<<"$plain" | awk '!seen[$0]++' | head -30; } || true
 done
 
 echo

@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { relative } from 'node:path';
 import type { Reporter, SerializedError, TestModule } from 'vitest/node';
+import { NATIVE_CRASH } from '../testkit/src/crash';
 
 /** The largest resident memory (MiB) among this process's children (the test workers), from /proc (Linux; elsewhere 0). */
 function largestChildRss(): number {
@@ -54,6 +55,15 @@ function wallTimes(wallMs: ReadonlyMap<string, number>, busy: ReadonlyMap<string
 
 /** Vitest's error when a test worker's process died under it (its cause, as the run's unhandled error carries it). */
 const WORKER_EXITED = 'Worker exited unexpectedly';
+
+/**
+ * A failed file whose every error, of its tests and its own, is a test kit child's native crash (testkit/src/crash.ts:
+ * a miner process that died of SIGSEGV under @roamhq/wrtc): no assertion of it failed.
+ */
+function onlyNativeCrashes(module: TestModule): boolean {
+  const errors = [...module.errors(), ...[...module.children.allTests()].flatMap((t) => t.result().errors ?? [])];
+  return errors.length > 0 && errors.every((e) => e.message.startsWith(NATIVE_CRASH));
+}
 
 /**
  * Names, as the very last lines of a run, each test file that did not pass, and how far it got.
@@ -113,12 +123,16 @@ export default class OutcomesReporter implements Reporter {
     /** Files cut short by their worker's death, with no test of theirs failed (scripts/vitest-run.sh runs them once more). */
     const crashed: string[] = [];
     let otherwise = false;
+    let workerDied = false;
     for (const module of modules) {
       const state = module.state();
       if (state === 'passed' || state === 'skipped') continue;
       const counts = new Map<string, number>();
       for (const t of module.children.allTests()) counts.set(t.result().state, (counts.get(t.result().state) ?? 0) + 1);
-      if (state === 'pending' && !counts.has('failed') && module.errors().length === 0) crashed.push(relative(process.cwd(), module.moduleId));
+      if (state === 'pending' && !counts.has('failed') && module.errors().length === 0) {
+        crashed.push(relative(process.cwd(), module.moduleId));
+        workerDied = true;
+      } else if (state === 'failed' && onlyNativeCrashes(module)) crashed.push(relative(process.cwd(), module.moduleId));
       else otherwise = true;
       const byState = [...counts].map(([s, n]) => `${n} ${s}`).join(', ') || 'none collected';
       const errors = module.errors().map((e) => e.message.split('\n')[0]);
@@ -134,10 +148,11 @@ export default class OutcomesReporter implements Reporter {
     }
     process.stdout.write(wallTimes(this.wallMs, this.busy));
     if (lines.length > 0) process.stdout.write(`\n${lines.join('\n')}\n`);
-    // Only a run whose every unpassed file was cut short by a worker that exited, and whose every unhandled error is
-    // that exit, names them for scripts/vitest-run.sh: a failed test, or any other error, is never run again.
+    // Only a run whose every unpassed file was cut short by a worker that exited or failed only by a child's native
+    // crash (NATIVE_CRASH), and whose every unhandled error is a worker's exit, names them for scripts/vitest-run.sh:
+    // a failed assertion, or any other error, is never run again.
     const workerExits = unhandledErrors.every((e) => [e.message, (e as { cause?: { message?: string } }).cause?.message].some((m) => m?.includes(WORKER_EXITED)));
     const file = process.env.TAH_VITEST_CRASHED;
-    if (file) writeFileSync(file, !otherwise && workerExits && unhandledErrors.length > 0 ? crashed.join('\n') : '');
+    if (file) writeFileSync(file, !otherwise && workerExits && (!workerDied || unhandledErrors.length > 0) ? crashed.join('\n') : '');
   }
 }

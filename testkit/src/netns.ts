@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from 'node:child_process';
+import { exitedBefore } from './crash';
 
 /**
  * A TypeScript module in a child process inside network namespace `ns` (made by scripts/nat-lab.sh),
@@ -21,7 +22,7 @@ export function nextMessage<T>(child: ChildProcess, key: string, timeoutMs = 60_
     const onMessage = (m: Record<string, unknown>): void => {
       if (m && typeof m === 'object' && key in m) done(undefined, m as T);
     };
-    const onExit = (code: number | null): void => done(new Error(`the child exited (${code}) before '${key}'`));
+    const onExit = (code: number | null, signal: NodeJS.Signals | null): void => done(exitedBefore('the child', child, key, code, signal));
     const done = (e?: Error, value?: T): void => {
       clearTimeout(timer);
       child.off('message', onMessage);

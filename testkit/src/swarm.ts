@@ -1,5 +1,6 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { exitedBefore } from './crash';
 import { forkInNetns } from './netns';
 import type { PeerPathStats } from '@train-at-home/swarm';
 import type { CheatName } from './cheats';
@@ -58,7 +59,7 @@ export class MinerSwarm {
         child.off('exit', onExit);
         resolve(m as T);
       };
-      const onExit = (code: number | null): void => reject(new Error(`miner swarm process exited (${code}) before '${key}'`));
+      const onExit = (code: number | null, signal: NodeJS.Signals | null): void => reject(exitedBefore('a miner swarm process', child, key, code, signal));
       child.on('message', onMessage);
       child.once('exit', onExit);
     });
