@@ -120,7 +120,7 @@ export default class OutcomesReporter implements Reporter {
   onTestRunEnd(modules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError> = []): void {
     clearInterval(this.timer);
     const lines: string[] = [];
-    /** Files cut short by their worker's death, with no test of theirs failed (scripts/vitest-run.sh runs them once more). */
+    /** Files cut short by their worker's death or a child's native crash, no assertion of theirs failed (scripts/vitest-run.sh runs them once more). */
     const crashed: string[] = [];
     let otherwise = false;
     let workerDied = false;

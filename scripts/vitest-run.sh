@@ -4,9 +4,9 @@
 # (seen a few times in CI, from the WebRTC miners' swarm tests, @roamhq/wrtc's known crashes as peer connections
 # close); it says nothing of the assertions, which then run whole in a fresh worker. So is a file whose only errors
 # are a test kit child's native crash (NATIVE_CRASH, testkit/src/crash.ts: a miner process that died of SIGSEGV
-# before it was ready). A test that fails, an error of
-# any other kind, or a second death fails the run as before. scripts/vitest-outcomes.ts decides which files qualify
-# and names every unpassed file as the run's last lines either way.
+# before it was ready). A test that fails, an error of any other kind, or a second death fails the run as before.
+# scripts/vitest-outcomes.ts decides which files qualify and names every unpassed file as the run's last lines
+# either way.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 list=$(mktemp /tmp/tah-vitest-crashed.XXXXXX)

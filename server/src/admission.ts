@@ -5,8 +5,9 @@ import type { AdmissionQueued } from '@train-at-home/protocol';
  * the rest wait in arrival order and are told so: their position and an estimate, at once and again every
  * `tellEveryMs` while they wait (so the client knows it is still queued, and waits instead of timing out). A place
  * is the miner's, not the connection's: a miner whose connection dropped while it waited and that registers again
- * within `graceMs` takes up its place, never the back of the queue (IOTA's admission queue reset its miners to the back; macrocosm-os/iota #193). One queue per
- * coordinator process: in scale-out mode each process admits its own connections.
+ * within `graceMs` takes up its place, never the back of the queue (IOTA's admission queue reset its miners to the
+ * back; macrocosm-os/iota #193). One queue per coordinator process: in scale-out mode each process admits its own
+ * connections.
  */
 export interface AdmissionOptions {
   /** Registrations under way at once (default 2: one in the database, one being checked or answered). */

@@ -578,6 +578,8 @@ export const MIGRATIONS: Array<{ version: number; name: string; sql: string }> =
         SELECT run_id, stage, count(*)::int, coalesce(sum(tokens_per_sec::float8), 0) FROM miners WHERE status = 'active' GROUP BY run_id, stage;
     `,
   },
+  // The function is restated whole, its INSERT and DELETE branches as migration 24 wrote them: PL/pgSQL replaces a
+  // function whole, and a migration that has shipped is never edited.
   {
     version: 25,
     name: 'who joined or left a stage, found without a join of the changed rows',
